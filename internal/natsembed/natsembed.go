@@ -1,0 +1,185 @@
+// Package natsembed starts an embedded nats-server with JetStream, for tests
+// and for `foundryq dev`.
+//
+// The server never installs signal handlers (NoSigs) and never uses the
+// stock logger, whose Fatalf calls os.Exit: log lines go to the zerolog
+// logger in Config, or nowhere.
+package natsembed
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Config configures an embedded server. The zero value starts a server on a
+// random loopback port with JetStream in a temporary directory.
+type Config struct {
+	// Host is the interface to listen on. Default "127.0.0.1".
+	Host string
+	// Port is the client port. 0 or -1 picks a free port; foundryq dev passes 4222.
+	Port int
+	// StoreDir is the JetStream store directory. Default: a new temporary
+	// directory that Shutdown removes.
+	StoreDir string
+	// InProcess starts the server with no TCP listener: clients connect
+	// through Connect (nats.InProcessServer) and ClientURL returns "".
+	InProcess bool
+	// ServerName is the server's name. Default "foundryq-embedded".
+	ServerName string
+	// ReadyTimeout bounds the wait for the server to accept connections.
+	// Default 10s.
+	ReadyTimeout time.Duration
+	// Logger receives the server's log lines (Fatalf is logged at error
+	// level and never exits). Nil discards them.
+	Logger *zerolog.Logger
+	// Debug enables the server's debug lines on Logger. Default off.
+	Debug bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.Port == 0 {
+		c.Port = server.RANDOM_PORT
+	}
+	if c.ServerName == "" {
+		c.ServerName = "foundryq-embedded"
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 10 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Port < -1 || c.Port > 65535 {
+		return fmt.Errorf("natsembed: Port %d out of range (0 or -1 for random, else 1-65535)", c.Port)
+	}
+	if c.ReadyTimeout < 0 {
+		return fmt.Errorf("natsembed: ReadyTimeout %s must be positive", c.ReadyTimeout)
+	}
+	return nil
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	srv       *server.Server
+	inProcess bool
+	storeDir  string
+	tempDir   string // removed by Shutdown when set
+}
+
+// Start starts a server and waits until it accepts connections (with
+// JetStream ready) or Config.ReadyTimeout passes.
+func Start(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{inProcess: cfg.InProcess}
+	storeDir := cfg.StoreDir
+	if storeDir == "" {
+		dir, err := os.MkdirTemp("", "foundryq-nats-*")
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: create store dir: %w", err)
+		}
+		storeDir, s.tempDir = dir, dir
+	}
+	s.storeDir = storeDir
+	opts := &server.Options{
+		ServerName: cfg.ServerName,
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		DontListen: cfg.InProcess,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoSigs:     true,
+		NoLog:      cfg.Logger == nil,
+		Debug:      cfg.Debug,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("natsembed: new server: %w", err)
+	}
+	s.srv = srv
+	if cfg.Logger != nil {
+		srv.SetLoggerV2(zerologAdapter{l: cfg.Logger.With().Str("component", "nats-server").Logger()}, cfg.Debug, false, false)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(cfg.ReadyTimeout) {
+		s.Shutdown()
+		return nil, fmt.Errorf("natsembed: server not ready after %s (port %d in use?)", cfg.ReadyTimeout, cfg.Port)
+	}
+	if !srv.JetStreamEnabled() {
+		s.Shutdown()
+		return nil, errors.New("natsembed: JetStream did not start (store dir " + storeDir + ")")
+	}
+	return s, nil
+}
+
+// ClientURL returns the nats:// URL clients connect to, or "" for an
+// in-process server.
+func (s *Server) ClientURL() string {
+	if s.inProcess {
+		return ""
+	}
+	return s.srv.ClientURL()
+}
+
+// NATS returns the underlying nats-server (for tests that need more).
+func (s *Server) NATS() *server.Server { return s.srv }
+
+// StoreDir returns the store directory the server was given (JetStream
+// keeps its files in a "jetstream" directory below it).
+func (s *Server) StoreDir() string { return s.storeDir }
+
+// Connect opens a client connection to the server (in process when the
+// server has no listener). Options are applied after the defaults.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	all := []nats.Option{nats.Name("foundryq-natsembed")}
+	url := s.ClientURL()
+	if s.inProcess {
+		all = append(all, nats.InProcessServer(s.srv))
+	}
+	all = append(all, opts...)
+	nc, err := nats.Connect(url, all...)
+	if err != nil {
+		return nil, fmt.Errorf("natsembed: connect: %w", err)
+	}
+	return nc, nil
+}
+
+// Shutdown stops the server, waits until it has stopped, and removes the
+// temporary store directory if Start created one. It is safe to call twice.
+func (s *Server) Shutdown() {
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+	}
+	s.cleanup()
+}
+
+func (s *Server) cleanup() {
+	if s.tempDir != "" {
+		_ = os.RemoveAll(s.tempDir)
+		s.tempDir = ""
+	}
+}
+
+// zerologAdapter implements server.Logger; Fatalf logs and never exits.
+type zerologAdapter struct{ l zerolog.Logger }
+
+func (z zerologAdapter) Noticef(format string, v ...any) { z.l.Info().Msgf(format, v...) }
+func (z zerologAdapter) Warnf(format string, v ...any)   { z.l.Warn().Msgf(format, v...) }
+func (z zerologAdapter) Fatalf(format string, v ...any)  { z.l.Error().Msgf(format, v...) }
+func (z zerologAdapter) Errorf(format string, v ...any)  { z.l.Error().Msgf(format, v...) }
+func (z zerologAdapter) Debugf(format string, v ...any)  { z.l.Debug().Msgf(format, v...) }
+func (z zerologAdapter) Tracef(format string, v ...any)  { z.l.Trace().Msgf(format, v...) }

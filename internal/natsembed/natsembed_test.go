@@ -1,0 +1,133 @@
+package natsembed_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func jsRoundTrip(t *testing.T, s *natsembed.Server) {
+	t.Helper()
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	ack, err := js.Publish(ctx, "t.1", []byte("x"))
+	if err != nil || ack.Sequence != 1 {
+		t.Fatalf("publish: %v %+v", err, ack)
+	}
+}
+
+func TestStart(t *testing.T) {
+	t.Parallel()
+	t.Run("tcp", func(t *testing.T) {
+		t.Parallel()
+		s, err := natsembed.Start(natsembed.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Shutdown()
+		if !strings.HasPrefix(s.ClientURL(), "nats://127.0.0.1:") {
+			t.Fatalf("ClientURL = %q", s.ClientURL())
+		}
+		jsRoundTrip(t, s)
+	})
+	t.Run("in process", func(t *testing.T) {
+		t.Parallel()
+		s, err := natsembed.Start(natsembed.Config{InProcess: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Shutdown()
+		if s.ClientURL() != "" {
+			t.Fatalf("ClientURL = %q, want empty", s.ClientURL())
+		}
+		jsRoundTrip(t, s)
+	})
+	t.Run("logger and store dir", func(t *testing.T) {
+		t.Parallel()
+		var buf syncBuffer
+		l := zerolog.New(&buf)
+		dir := t.TempDir()
+		s, err := natsembed.Start(natsembed.Config{InProcess: true, StoreDir: dir, Logger: &l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jsRoundTrip(t, s)
+		if s.StoreDir() != dir {
+			t.Fatalf("StoreDir = %q, want %q", s.StoreDir(), dir)
+		}
+		s.Shutdown()
+		s.Shutdown() // twice is fine
+		if !strings.Contains(buf.String(), "nats-server") {
+			t.Fatalf("no server log lines: %q", buf.String())
+		}
+	})
+	t.Run("bad port", func(t *testing.T) {
+		t.Parallel()
+		if _, err := natsembed.Start(natsembed.Config{Port: 70000}); err == nil || !strings.Contains(err.Error(), "Port") {
+			t.Fatalf("err = %v, want one naming Port", err)
+		}
+	})
+	t.Run("port in use", func(t *testing.T) {
+		t.Parallel()
+		a, err := natsembed.Start(natsembed.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Shutdown()
+		p := a.NATS().Addr().(*net.TCPAddr).Port
+		_, err = natsembed.Start(natsembed.Config{Port: p, ReadyTimeout: time.Second})
+		if err == nil {
+			t.Fatal("second server on the same port started")
+		}
+	})
+}
+
+func TestRunTest(t *testing.T) {
+	t.Parallel()
+	s, nc := natsembed.RunTest(t)
+	if !nc.IsConnected() {
+		t.Fatal("not connected")
+	}
+	jsRoundTrip(t, s)
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

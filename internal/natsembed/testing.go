@@ -1,0 +1,42 @@
+package natsembed
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+// RunTest starts an in-process server with JetStream in t.TempDir-like
+// storage and returns it with a connected client. Both are closed by
+// t.Cleanup (the connection first, then the server).
+func RunTest(t testing.TB) (*Server, *nats.Conn) {
+	t.Helper()
+	s, err := Start(Config{InProcess: true})
+	if err != nil {
+		t.Fatalf("natsembed: start server: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatalf("natsembed: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return s, nc
+}
+
+// RunTestTCP is RunTest with a TCP listener on a random loopback port, for
+// tests that need a URL (subprocesses, reconnects).
+func RunTestTCP(t testing.TB) (*Server, *nats.Conn) {
+	t.Helper()
+	s, err := Start(Config{})
+	if err != nil {
+		t.Fatalf("natsembed: start server: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatalf("natsembed: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return s, nc
+}
