@@ -1,0 +1,84 @@
+package foundry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// tokenRefreshMargin is how long before expiry a cached token is renewed.
+const tokenRefreshMargin = 5 * time.Minute
+
+// tokenSource caches an Entra ID access token for one scope and renews it shortly
+// before it expires (or at the credential's RefreshOn hint). Renewals are
+// serialised; a failed early renewal keeps using the still-valid token.
+type tokenSource struct {
+	cred  azcore.TokenCredential
+	scope string
+	now   func() time.Time
+
+	mu  sync.Mutex
+	tok azcore.AccessToken
+}
+
+func newTokenSource(cred azcore.TokenCredential, scope string) *tokenSource {
+	return &tokenSource{cred: cred, scope: scope, now: time.Now}
+}
+
+// token returns a valid bearer token, asking the credential only when needed.
+func (ts *tokenSource) token(ctx context.Context) (string, error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := ts.now()
+	if ts.tok.Token != "" && !ts.needsRefresh(now) {
+		return ts.tok.Token, nil
+	}
+	tok, err := ts.cred.GetToken(ctx, policy.TokenRequestOptions{Scopes: []string{ts.scope}})
+	if err != nil {
+		if ts.tok.Token != "" && now.Before(ts.tok.ExpiresOn) {
+			return ts.tok.Token, nil // early renewal failed; the old token still works
+		}
+		return "", fmt.Errorf("foundry: get Entra ID token for scope %s: %w", ts.scope, err)
+	}
+	if tok.Token == "" {
+		return "", fmt.Errorf("foundry: get Entra ID token for scope %s: credential returned an empty token", ts.scope)
+	}
+	ts.tok = tok
+	return tok.Token, nil
+}
+
+func (ts *tokenSource) needsRefresh(now time.Time) bool {
+	if !ts.tok.RefreshOn.IsZero() && !now.Before(ts.tok.RefreshOn) {
+		return true
+	}
+	return !now.Before(ts.tok.ExpiresOn.Add(-tokenRefreshMargin))
+}
+
+// ambientHeaders are headers openai-go may add from OPENAI_* environment variables
+// (OPENAI_API_KEY, OPENAI_ADMIN_KEY, OPENAI_ORG_ID, OPENAI_PROJECT_ID,
+// OPENAI_CUSTOM_HEADERS). The auth middleware removes them before sending.
+var ambientHeaders = []string{"Authorization", "Api-Key", "OpenAI-Organization", "OpenAI-Project"}
+
+// authMiddleware is the last word on credentials: it strips anything the SDK or
+// the environment added and sets either the api-key header or an Entra ID bearer token.
+func (c *Client) authMiddleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	for _, h := range ambientHeaders {
+		req.Header.Del(h)
+	}
+	if c.cfg.APIKey != "" {
+		req.Header.Set("api-key", c.cfg.APIKey)
+	} else {
+		tok, err := c.tokens.token(req.Context())
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return next(req)
+}

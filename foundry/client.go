@@ -1,0 +1,126 @@
+package foundry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// Client talks to the Responses API of one v1 endpoint. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	oa     openai.Client
+	tokens *tokenSource // nil with an API key
+}
+
+// New validates cfg and returns a Client. Without an APIKey it uses cfg.Credential,
+// or azidentity.NewDefaultAzureCredential when that is nil (no token is requested
+// until the first call).
+func New(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg}
+	if cfg.APIKey == "" {
+		cred := cfg.Credential
+		if cred == nil {
+			dc, err := azidentity.NewDefaultAzureCredential(nil)
+			if err != nil {
+				return nil, fmt.Errorf("%w: Credential: no APIKey and DefaultAzureCredential failed: %w", ErrInvalidConfig, err)
+			}
+			cred = dc
+		}
+		c.tokens = newTokenSource(cred, cfg.Scope)
+	}
+	// Every option is explicit: openai.NewClient also reads OPENAI_* environment
+	// variables, so the base URL, keys and identifying headers are overridden here
+	// and the auth middleware removes whatever else could carry a credential.
+	c.oa = openai.NewClient(
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithAPIKey(""),
+		option.WithAdminAPIKey(""),
+		option.WithHeaderDel("OpenAI-Organization"),
+		option.WithHeaderDel("OpenAI-Project"),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(cfg.MaxRetries),
+		option.WithMiddleware(c.authMiddleware),
+	)
+	return c, nil
+}
+
+// BaseURL returns the normalised base URL (with a trailing slash).
+func (c *Client) BaseURL() string { return c.cfg.BaseURL }
+
+// Scope returns the Entra ID scope in use, or "" with an API key.
+func (c *Client) Scope() string {
+	if c.tokens == nil {
+		return ""
+	}
+	return c.cfg.Scope
+}
+
+// do sends one request through openai-go (base URL, auth middleware, retries) and
+// returns the raw response with a 2xx status, unread. Any status >= 400 becomes an
+// *APIError carrying the server's code and message.
+func (c *Client) do(ctx context.Context, op, id, method, path string, body any, opts ...option.RequestOption) (*http.Response, error) {
+	var res *http.Response
+	err := c.oa.Execute(ctx, method, path, body, &res, opts...)
+	if res != nil && res.StatusCode >= 400 {
+		apiErr := newAPIError(op, id, res)
+		closeBody(res)
+		return nil, apiErr
+	}
+	if err != nil {
+		if res != nil {
+			closeBody(res)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("foundry: %s: %w", opName(op, id), context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("foundry: %s: %w", opName(op, id), err)
+	}
+	if res == nil {
+		return nil, fmt.Errorf("foundry: %s: no response", opName(op, id))
+	}
+	return res, nil
+}
+
+func opName(op, id string) string {
+	if id == "" {
+		return op
+	}
+	return op + " " + id
+}
+
+// closeBody drains a little of the body (so the connection can be reused) and closes it.
+func closeBody(res *http.Response) {
+	if res == nil || res.Body == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, res.Body, 4<<10)
+	_ = res.Body.Close()
+}
+
+// responsePath is "responses/{id}" plus an optional suffix, with the id escaped.
+func responsePath(id, suffix string) (string, error) {
+	if id == "" {
+		return "", errors.New("empty response id")
+	}
+	switch id {
+	case ".":
+		id = "%2E"
+	case "..":
+		id = "%2E%2E"
+	default:
+		id = url.PathEscape(id)
+	}
+	return "responses/" + id + suffix, nil
+}

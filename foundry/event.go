@@ -1,0 +1,203 @@
+package foundry
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Stream event types foundryq interprets. Others pass through with Type and Raw.
+const (
+	EventCreated            = "response.created"
+	EventQueued             = "response.queued"
+	EventInProgress         = "response.in_progress"
+	EventCompleted          = "response.completed"
+	EventFailed             = "response.failed"
+	EventIncomplete         = "response.incomplete"
+	EventCancelled          = "response.cancelled" // not in the spec; accepted as terminal if a server sends it
+	EventError              = "error"
+	EventOutputTextDelta    = "response.output_text.delta"
+	EventOutputTextDone     = "response.output_text.done"
+	EventOutputItemAdded    = "response.output_item.added"
+	EventOutputItemDone     = "response.output_item.done"
+	EventMCPCallInProgress  = "response.mcp_call.in_progress"
+	EventMCPCallCompleted   = "response.mcp_call.completed"
+	EventMCPCallFailed      = "response.mcp_call.failed"
+	EventMCPListToolsFailed = "response.mcp_list_tools.failed"
+)
+
+// Event is one decoded stream event. Only the fields foundryq needs are decoded;
+// Raw holds the whole data payload.
+type Event struct {
+	Type           string
+	SequenceNumber int64 // valid when HasSeq
+	HasSeq         bool  // the event carried a sequence_number
+	Delta          string
+	Text           string // output_text.done: the full text of the part
+	ItemID         string
+	OutputIndex    int
+	Response       *Response   // response.created/queued/in_progress/completed/failed/incomplete
+	Item           *OutputItem // response.output_item.added/done
+	Code           string      // type "error"
+	Message        string      // type "error"
+	Param          string      // type "error"
+	// Raw is the event's JSON data. It is only valid until the next call to
+	// Stream.Next; copy it to keep it.
+	Raw []byte
+}
+
+// Terminal reports whether the event ends a response stream: response.completed,
+// response.failed, response.incomplete, response.cancelled or error.
+func (e *Event) Terminal() bool { return isTerminal(e.Type) }
+
+func isTerminal(t string) bool {
+	switch t {
+	case EventCompleted, EventFailed, EventIncomplete, EventCancelled, EventError:
+		return true
+	}
+	return false
+}
+
+// wireEvent is the JSON shape of a stream event (only the fields we use).
+type wireEvent struct {
+	Type           string        `json:"type"`
+	SequenceNumber optInt64      `json:"sequence_number"`
+	Delta          string        `json:"delta"`
+	Text           string        `json:"text"`
+	ItemID         string        `json:"item_id"`
+	OutputIndex    int           `json:"output_index"`
+	Response       *wireResponse `json:"response"`
+	Item           *wireItem     `json:"item"`
+	Code           flexString    `json:"code"`
+	Message        string        `json:"message"`
+	Param          flexString    `json:"param"`
+	// Error is a top-level {"error": {...}} frame (not the "error" event type,
+	// which carries code and message at the top level).
+	Error errorFrame `json:"error"`
+}
+
+// errorFrame is a top-level "error" value: normally an object, but a bare string
+// is accepted too.
+type errorFrame struct {
+	wireError
+	present bool
+}
+
+func (f *errorFrame) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
+	}
+	f.present = true
+	switch data[0] {
+	case '{':
+		if err := json.Unmarshal(data, &f.wireError); err != nil {
+			f.wireError = wireError{Message: string(data)}
+		}
+	case '"':
+		if err := json.Unmarshal(data, &f.Message); err != nil {
+			f.Message = string(data)
+		}
+	default:
+		f.Message = string(data)
+	}
+	return nil
+}
+
+// optInt64 is an integer whose presence is recorded (null counts as absent).
+type optInt64 struct {
+	V  int64
+	OK bool
+}
+
+func (o *optInt64) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
+	}
+	v, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil {
+		return fmt.Errorf("sequence_number %s is not an integer", data)
+	}
+	o.V, o.OK = v, true
+	return nil
+}
+
+// decodeEvent decodes one event's data into ev (which it resets). name is the
+// SSE event name, used when the JSON has no type. A top-level error frame
+// returns an *APIError; undecodable data returns an error wrapping ErrMalformedEvent.
+func decodeEvent(name, data []byte, ev *Event) error {
+	*ev = Event{Raw: data}
+	var w wireEvent
+	if err := json.Unmarshal(data, &w); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		// Tolerate odd field types in events we do not interpret; the fields that
+		// did decode are kept.
+		if !errors.As(err, &typeErr) || knownEvent(w.Type) || w.Type == "" {
+			return fmt.Errorf("%w: %s: %v", ErrMalformedEvent, eventLabel(name, w.Type), err)
+		}
+	}
+	if w.Type == "" {
+		w.Type = string(name)
+	}
+	if w.Error.present && w.Type != EventError {
+		return &APIError{Op: "stream", Code: string(w.Error.Code), Type: w.Error.Type, Param: string(w.Error.Param), Message: w.Error.Message}
+	}
+	if w.Type == "" {
+		return fmt.Errorf("%w: event without a type", ErrMalformedEvent)
+	}
+	ev.Type = w.Type
+	ev.SequenceNumber, ev.HasSeq = w.SequenceNumber.V, w.SequenceNumber.OK
+	ev.Delta = w.Delta
+	ev.Text = w.Text
+	ev.ItemID = w.ItemID
+	ev.OutputIndex = w.OutputIndex
+	ev.Code, ev.Message, ev.Param = string(w.Code), w.Message, string(w.Param)
+	if w.Type == EventError && w.Error.present {
+		// {"type":"error","error":{...}}: some servers nest the details.
+		if ev.Code == "" {
+			ev.Code = string(w.Error.Code)
+		}
+		if ev.Message == "" {
+			ev.Message = w.Error.Message
+		}
+		if ev.Param == "" {
+			ev.Param = string(w.Error.Param)
+		}
+	}
+	if w.Response != nil {
+		ev.Response = w.Response.response()
+	}
+	if w.Item != nil {
+		it := w.Item.item()
+		ev.Item = &it
+	}
+	return nil
+}
+
+func eventLabel(name []byte, typ string) string {
+	if typ != "" {
+		return typ
+	}
+	if len(name) > 0 {
+		return string(name)
+	}
+	return "event"
+}
+
+// knownEvent reports whether foundryq reads fields of this event type, in which
+// case their types must be right.
+func knownEvent(t string) bool {
+	switch t {
+	case EventCreated, EventQueued, EventInProgress, EventCompleted, EventFailed, EventIncomplete,
+		EventCancelled, EventError, EventOutputTextDelta, EventOutputTextDone, EventOutputItemAdded,
+		EventOutputItemDone, EventMCPCallInProgress, EventMCPCallCompleted, EventMCPCallFailed:
+		return true
+	}
+	return false
+}
+
+// isDone reports the "[DONE]" sentinel some servers send as the last data.
+func isDone(data []byte) bool {
+	return bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]"))
+}

@@ -1,0 +1,233 @@
+package foundry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Response statuses reported by the Responses API.
+const (
+	StatusQueued     = "queued"
+	StatusInProgress = "in_progress"
+	StatusCompleted  = "completed"
+	StatusFailed     = "failed"
+	StatusIncomplete = "incomplete"
+	StatusCancelled  = "cancelled"
+)
+
+// Response is the part of a Responses API response object foundryq uses.
+type Response struct {
+	ID               string
+	Status           string // queued, in_progress, completed, failed, incomplete, cancelled
+	Background       bool
+	Error            *ResponseError    // set when Status is failed
+	IncompleteReason string            // incomplete_details.reason, e.g. max_output_tokens
+	Usage            *Usage            // present once the response is finished
+	OutputText       string            // the output_text parts of all message items, concatenated
+	Output           []OutputItem      // every output item, in order
+	Metadata         map[string]string // as sent at create
+}
+
+// Terminal reports whether the status is final (anything but queued or in_progress,
+// and not empty).
+func (r *Response) Terminal() bool {
+	return r != nil && r.Status != "" && r.Status != StatusQueued && r.Status != StatusInProgress
+}
+
+// ResponseError is the error of a failed response.
+type ResponseError struct {
+	Code    string
+	Message string
+}
+
+// Usage counts the tokens of a response.
+type Usage struct {
+	InputTokens     int64
+	OutputTokens    int64
+	TotalTokens     int64
+	CachedTokens    int64 // input_tokens_details.cached_tokens
+	ReasoningTokens int64 // output_tokens_details.reasoning_tokens
+}
+
+// OutputItem is one output item: a message, an mcp_call, an mcp_list_tools, a
+// reasoning item, a function_call, ...
+type OutputItem struct {
+	ID          string
+	Type        string // message, mcp_call, mcp_list_tools, mcp_approval_request, function_call, ...
+	Name        string // tool name (mcp_call, function_call)
+	ServerLabel string // MCP server label
+	Status      string // in_progress, completed, incomplete, calling, failed
+	Error       string // mcp_call error (text; raw JSON if the server sent an object)
+	Output      string // mcp_call output
+	Arguments   string // tool arguments (a JSON document in a string)
+	CallID      string // function_call call_id
+	Text        string // message items: the output_text parts, concatenated
+}
+
+// Get fetches a response (GET responses/{id}). Retried by the SDK per
+// Config.MaxRetries; a 404 matches ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (*Response, error) {
+	return c.responseCall(ctx, "get", id, http.MethodGet, "")
+}
+
+// Cancel asks the server to stop a background response (POST
+// responses/{id}/cancel) and returns the state it reports. Cancel is idempotent:
+// on a response that already finished the server returns that final state
+// (status completed, failed or incomplete rather than cancelled). If the server
+// instead refuses with 400 or 409, Cancel fetches the response and returns it
+// without error when it is finished. A 404 matches ErrNotFound.
+func (c *Client) Cancel(ctx context.Context, id string) (*Response, error) {
+	r, err := c.responseCall(ctx, "cancel", id, http.MethodPost, "/cancel")
+	if err == nil {
+		return r, nil
+	}
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && (apiErr.StatusCode == http.StatusBadRequest || apiErr.StatusCode == http.StatusConflict) {
+		if got, gerr := c.Get(ctx, id); gerr == nil && got.Terminal() {
+			return got, nil
+		}
+	}
+	return nil, err
+}
+
+func (c *Client) responseCall(ctx context.Context, op, id, method, suffix string) (*Response, error) {
+	path, err := responsePath(id, suffix)
+	if err != nil {
+		return nil, fmt.Errorf("foundry: %s: %w: %v", op, ErrInvalidRequest, err)
+	}
+	res, err := c.do(ctx, op, id, method, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer closeBody(res)
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("foundry: %s: read body: %w", opName(op, id), context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("foundry: %s: read body: %w", opName(op, id), err)
+	}
+	var w wireResponse
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, fmt.Errorf("foundry: %s: decode response (%s): %w", opName(op, id), res.Header.Get("Content-Type"), err)
+	}
+	return w.response(), nil
+}
+
+// wireResponse is the JSON shape of a response object (only the fields we use).
+type wireResponse struct {
+	ID                string     `json:"id"`
+	Status            string     `json:"status"`
+	Background        bool       `json:"background"`
+	Error             *wireError `json:"error"`
+	IncompleteDetails *struct {
+		Reason string `json:"reason"`
+	} `json:"incomplete_details"`
+	Usage    *wireUsage        `json:"usage"`
+	Output   []wireItem        `json:"output"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+type wireUsage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	OutputTokens       int64 `json:"output_tokens"`
+	TotalTokens        int64 `json:"total_tokens"`
+	InputTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+}
+
+type wireItem struct {
+	ID          string     `json:"id"`
+	Type        string     `json:"type"`
+	Name        string     `json:"name"`
+	ServerLabel string     `json:"server_label"`
+	Status      string     `json:"status"`
+	Error       flexString `json:"error"`
+	Output      flexString `json:"output"`
+	Arguments   flexString `json:"arguments"`
+	CallID      string     `json:"call_id"`
+	Content     []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
+func (w *wireResponse) response() *Response {
+	r := &Response{
+		ID:         w.ID,
+		Status:     w.Status,
+		Background: w.Background,
+		Metadata:   w.Metadata,
+	}
+	if w.Error != nil && (w.Error.Code != "" || w.Error.Message != "") {
+		r.Error = &ResponseError{Code: string(w.Error.Code), Message: w.Error.Message}
+	}
+	if w.IncompleteDetails != nil {
+		r.IncompleteReason = w.IncompleteDetails.Reason
+	}
+	if w.Usage != nil {
+		r.Usage = w.Usage.usage()
+	}
+	if len(w.Output) > 0 {
+		r.Output = make([]OutputItem, len(w.Output))
+		var text strings.Builder
+		for i := range w.Output {
+			r.Output[i] = w.Output[i].item()
+			if r.Output[i].Type == "message" {
+				text.WriteString(r.Output[i].Text)
+			}
+		}
+		r.OutputText = text.String()
+	}
+	return r
+}
+
+func (u *wireUsage) usage() *Usage {
+	out := &Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, TotalTokens: u.TotalTokens}
+	if u.InputTokensDetails != nil {
+		out.CachedTokens = u.InputTokensDetails.CachedTokens
+	}
+	if u.OutputTokensDetails != nil {
+		out.ReasoningTokens = u.OutputTokensDetails.ReasoningTokens
+	}
+	return out
+}
+
+func (w *wireItem) item() OutputItem {
+	it := OutputItem{
+		ID:          w.ID,
+		Type:        w.Type,
+		Name:        w.Name,
+		ServerLabel: w.ServerLabel,
+		Status:      w.Status,
+		Error:       string(w.Error),
+		Output:      string(w.Output),
+		Arguments:   string(w.Arguments),
+		CallID:      w.CallID,
+	}
+	switch len(w.Content) {
+	case 0:
+	case 1:
+		if w.Content[0].Type == "output_text" {
+			it.Text = w.Content[0].Text
+		}
+	default:
+		var b strings.Builder
+		for _, p := range w.Content {
+			if p.Type == "output_text" {
+				b.WriteString(p.Text)
+			}
+		}
+		it.Text = b.String()
+	}
+	return it
+}
