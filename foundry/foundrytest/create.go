@@ -1,0 +1,128 @@
+package foundrytest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// handleCreate serves POST /openai/v1/responses.
+func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		h.stats.rejected.Add(1)
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			(&apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+				message: "The request body is too large."}).write(w)
+			return
+		}
+		invalidRequest("", "", "Could not read the request body.").write(w)
+		return
+	}
+	h.recordCreate(peekRunID(body), body)
+	cr, aerr := parseCreate(body)
+	if aerr != nil {
+		h.stats.rejected.Add(1)
+		aerr.write(w)
+		return
+	}
+	sc, aerr := parseScenario(cr.metadata, h.cfg)
+	if aerr != nil {
+		h.stats.rejected.Add(1)
+		aerr.write(w)
+		return
+	}
+	if sc.createStatus != 0 {
+		h.stats.rejected.Add(1)
+		statusError(sc.createStatus).write(w)
+		return
+	}
+
+	r := h.newResponse(cr, sc)
+	if !h.register(r) {
+		(&apiError{status: http.StatusServiceUnavailable, typ: "server_error",
+			message: "The emulator is shutting down."}).write(w)
+		return
+	}
+	h.cfg.Logger.Debug().Str("response_id", r.id).Str("run_id", r.runID).
+		Bool("background", cr.background).Bool("stream", cr.stream).Msg("foundrytest: response created")
+
+	ctx := req.Context()
+	switch {
+	case cr.stream:
+		setSSEHeaders(w)
+		r.attach()
+		end := r.follow(ctx, w, 0, sc.dropAfter)
+		r.detach(end != endComplete, true)
+		if end == endCut {
+			cutConnection(w)
+		}
+	case cr.background:
+		// Answer as soon as the response exists for clients (response.created).
+		if !r.waitEvents(ctx, 1) {
+			return
+		}
+		r.mu.Lock()
+		obj := r.createdObj
+		r.mu.Unlock()
+		if obj == nil { // closed before response.created (Close, DELETE)
+			writeJSON(w, http.StatusOK, r.snapshot())
+			return
+		}
+		writeJSON(w, http.StatusOK, obj)
+	default:
+		select {
+		case <-r.done:
+			writeJSON(w, http.StatusOK, r.snapshot())
+		case <-ctx.Done():
+			r.clientGone()
+		}
+	}
+}
+
+// newResponse builds the response for an accepted create.
+func (h *Handler) newResponse(cr *createRequest, sc scenario) *response {
+	hexID := newID()
+	r := &response{
+		h:         h,
+		id:        "resp_" + hexID,
+		msgID:     "msg_" + hexID,
+		mcpID:     "mcp_" + hexID,
+		runID:     cr.metadata["run_id"],
+		req:       cr,
+		sc:        sc,
+		seed:      requestSeed(cr),
+		createdAt: h.cfg.Clock(),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		status:    statusInProgress,
+	}
+	if cr.background {
+		r.status = statusQueued
+	}
+	var instr []byte
+	if cr.instructions != nil {
+		instr = []byte(*cr.instructions)
+	}
+	r.inputTokens = estimateTokens(cr.input, instr)
+	return r
+}
+
+// peekRunID extracts metadata.run_id from a body that may be invalid.
+func peekRunID(body []byte) string {
+	var v struct {
+		Metadata struct {
+			RunID json.RawMessage `json:"run_id"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	var id string
+	if json.Unmarshal(v.Metadata.RunID, &id) != nil {
+		return ""
+	}
+	return id
+}

@@ -1,0 +1,295 @@
+package foundrytest
+
+import (
+	"fmt"
+	"time"
+)
+
+// generator runs one response's scenario. It runs on its own goroutine,
+// started by the create handler and owned by the Handler, which waits for it
+// in Close. It is the only writer of the response's event log.
+type generator struct {
+	r     *response
+	h     *Handler
+	timer *time.Timer
+}
+
+// run generates r to its end (or until it is stopped).
+func (h *Handler) run(r *response) {
+	defer h.genWG.Done()
+	defer h.stats.active.Add(-1)
+	g := &generator{r: r, h: h}
+	defer g.end()
+	g.generate()
+}
+
+// end closes the log whatever happened, so that followers always finish.
+func (g *generator) end() {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	r := g.r
+	r.mu.Lock()
+	r.closeLogLocked()
+	r.mu.Unlock()
+}
+
+func (g *generator) generate() {
+	r := g.r
+	if !g.wait(r.sc.createdDelay) {
+		return
+	}
+	if !g.lifecycle(evCreated, "") {
+		return
+	}
+	if r.req.background && !g.lifecycle(evQueued, "") {
+		return
+	}
+	if !g.lifecycle(evInProgress, statusInProgress) {
+		return
+	}
+	index := 0
+	if r.sc.toolDelay != toolDisabled {
+		if !g.toolCall(index) {
+			return
+		}
+		index++
+	}
+	g.message(index)
+}
+
+// wait pauses for d, or less if the response is stopped; it reports whether
+// generation may go on. A zero d only checks for a stop.
+func (g *generator) wait(d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-g.r.stop:
+			return false
+		default:
+			return true
+		}
+	}
+	if g.timer == nil {
+		g.timer = time.NewTimer(d)
+	} else {
+		g.timer.Reset(d)
+	}
+	select {
+	case <-g.timer.C:
+		return true
+	case <-g.r.stop:
+		return false
+	}
+}
+
+// canEmitLocked decides whether the next event may be emitted. It applies
+// the end conditions that are checked "at the next write": a stop, a
+// foreground client gone (the write fails: the response ends cancelled) and
+// emu_fail_after.
+func (g *generator) canEmitLocked() bool {
+	r := g.r
+	switch {
+	case r.stopped:
+		return false
+	case r.writeFailed:
+		r.finishLocked(statusCancelled)
+		r.stopLocked()
+		r.closeLogLocked()
+		g.h.logEnd(r)
+		return false
+	case r.sc.failAfter >= 0 && len(r.ends) >= r.sc.failAfter:
+		r.finishLocked(statusFailed)
+		r.errObj = &errorDetail{Code: failedCode, Message: failedMessage}
+		r.appendEventLocked(evFailed, lifecycleEvent{Type: evFailed, SequenceNumber: r.seqLocked(), Response: r.snapshotLocked()})
+		r.stopLocked()
+		r.closeLogLocked()
+		g.h.logEnd(r)
+		return false
+	}
+	return true
+}
+
+// emit appends the event built by build (under the lock, with the event's
+// sequence number) unless generation must stop.
+func (g *generator) emit(typ string, build func(r *response, seq int) any) bool {
+	r := g.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !g.canEmitLocked() {
+		return false
+	}
+	r.appendEventLocked(typ, build(r, r.seqLocked()))
+	return true
+}
+
+// lifecycle emits a response.* event carrying the snapshot, after moving the
+// status to status (unless a cancel already set it).
+func (g *generator) lifecycle(typ, status string) bool {
+	return g.emit(typ, func(r *response, seq int) any {
+		if status != "" && r.cancelledAt.IsZero() {
+			r.status = status
+		}
+		obj := r.snapshotLocked()
+		if typ == evCreated {
+			r.createdObj = obj
+		}
+		return lifecycleEvent{Type: typ, SequenceNumber: seq, Response: obj}
+	})
+}
+
+// toolCall runs the scripted MCP tool call as output item index.
+func (g *generator) toolCall(index int) bool {
+	r := g.r
+	args := fmt.Sprintf(`{"query":"%s %s"}`, word(r.seed, 1<<20), word(r.seed, 1<<20+1))
+	name := r.req.toolName
+	if name == "" {
+		name = defaultToolName
+	}
+	label := r.req.serverLabel
+	if label == "" {
+		label = defaultServerLabel
+	}
+	ok := g.emit(evItemAdded, func(r *response, seq int) any {
+		r.tool = &mcpCallItem{ID: r.mcpID, Type: "mcp_call", Name: name, ServerLabel: label, Status: statusInProgress}
+		r.toolIndex = index
+		r.output = append(r.output, r.tool)
+		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: r.toolLocked()}
+	}) && g.emit(evMCPInProgress, func(r *response, seq int) any {
+		return mcpEvent{Type: evMCPInProgress, SequenceNumber: seq, ItemID: r.mcpID, OutputIndex: index}
+	}) && g.emit(evMCPArgsDelta, func(r *response, seq int) any {
+		r.tool.Arguments = args
+		return mcpArgsDeltaEvent{Type: evMCPArgsDelta, SequenceNumber: seq, ItemID: r.mcpID, OutputIndex: index, Delta: args}
+	}) && g.emit(evMCPArgsDone, func(r *response, seq int) any {
+		r.toolRunning = true
+		g.h.stats.toolStarted.Add(1)
+		return mcpArgsDoneEvent{Type: evMCPArgsDone, SequenceNumber: seq, ItemID: r.mcpID, OutputIndex: index, Arguments: args}
+	})
+	if !ok {
+		r.mu.Lock()
+		r.toolRunning = false
+		r.mu.Unlock()
+		return false
+	}
+
+	// The call runs on the "MCP server": a cancel aborts it (and counts it,
+	// see cancel); a client disconnect does not.
+	finished := g.wait(r.sc.toolDelay)
+	r.mu.Lock()
+	if !finished || !r.toolRunning {
+		r.toolRunning = false
+		r.mu.Unlock()
+		return false
+	}
+	r.toolRunning = false
+	g.h.stats.toolCompleted.Add(1)
+	if !r.cancelledAt.IsZero() {
+		g.h.stats.toolAfterCancel.Add(1)
+	}
+	if r.detached || r.writeFailed {
+		g.h.stats.toolAfterDisconnect.Add(1)
+	}
+	// The result exists once the call has run, whether or not the events
+	// telling it can still be written.
+	typ := evMCPCompleted
+	if r.sc.toolFail {
+		typ = evMCPFailed
+		r.tool.Status = statusFailed
+		msg := toolFailedMessage
+		r.tool.Error = &msg
+	} else {
+		r.tool.Status = statusCompleted
+		out := fmt.Sprintf("Emulated result: %s %s %s.", word(r.seed, 1<<21), word(r.seed, 1<<21+1), word(r.seed, 1<<21+2))
+		r.tool.Output = &out
+	}
+	r.mu.Unlock()
+
+	return g.emit(typ, func(r *response, seq int) any {
+		return mcpEvent{Type: typ, SequenceNumber: seq, ItemID: r.mcpID, OutputIndex: index}
+	}) && g.emit(evItemDone, func(r *response, seq int) any {
+		return itemEvent{Type: evItemDone, SequenceNumber: seq, OutputIndex: index, Item: r.toolLocked()}
+	})
+}
+
+// message generates the assistant message as output item index, then the
+// terminal event.
+func (g *generator) message(index int) {
+	r := g.r
+	ok := g.emit(evItemAdded, func(r *response, seq int) any {
+		r.msg = &messageItem{ID: r.msgID, Type: "message", Status: statusInProgress, Role: "assistant", Content: []outputText{}}
+		r.msgIndex = index
+		r.output = append(r.output, r.msg)
+		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: r.messageLocked()}
+	}) && g.emit(evPartAdded, func(r *response, seq int) any {
+		r.partAdded = true
+		return partEvent{Type: evPartAdded, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Part: newOutputText("")}
+	})
+	if !ok {
+		return
+	}
+	limit, final, terminal := r.sc.tokens, statusCompleted, evCompleted
+	if r.req.maxOutput > 0 && r.req.maxOutput < limit {
+		limit, final, terminal = r.req.maxOutput, statusIncomplete, evIncomplete
+	}
+	for i := 0; i < limit; i++ {
+		if !g.wait(r.sc.tokenDelay) || !g.token(i) {
+			return
+		}
+	}
+	ok = g.emit(evTextDone, func(r *response, seq int) any {
+		return textDoneEvent{Type: evTextDone, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Text: string(r.text), Logprobs: []any{}}
+	}) && g.emit(evPartDone, func(r *response, seq int) any {
+		return partEvent{Type: evPartDone, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Part: newOutputText(string(r.text))}
+	}) && g.emit(evItemDone, func(r *response, seq int) any {
+		r.msg.Status = final
+		return itemEvent{Type: evItemDone, SequenceNumber: seq, OutputIndex: index, Item: r.messageLocked()}
+	})
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !g.canEmitLocked() {
+		return
+	}
+	r.finishLocked(final)
+	if final == statusIncomplete {
+		r.incomplete = &incompleteDetails{Reason: reasonMaxTokens}
+	}
+	r.appendEventLocked(terminal, lifecycleEvent{Type: terminal, SequenceNumber: r.seqLocked(), Response: r.snapshotLocked()})
+	r.closeLogLocked()
+	g.h.logEnd(r)
+}
+
+// token generates text token i and appends its delta event. This is the hot
+// path: the frame is encoded straight into the log, without reflection.
+func (g *generator) token(i int) bool {
+	r := g.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.writeFailed && !r.stopped {
+		// The token is generated (and billed) but its write fails.
+		g.countTokenLocked()
+	}
+	if !g.canEmitLocked() {
+		return false
+	}
+	g.countTokenLocked()
+	r.buf = appendDeltaFrame(r.buf, len(r.ends), r.msgID, r.msgIndex, r.seed, i)
+	r.text = appendToken(r.text, r.seed, i)
+	r.endEventLocked()
+	return true
+}
+
+func (g *generator) countTokenLocked() {
+	r, s := g.r, &g.h.stats
+	r.tokens++
+	s.tokens.Add(1)
+	if !r.cancelledAt.IsZero() {
+		r.tokensAfterCancel++
+		s.tokensAfterCancel.Add(1)
+	}
+	if r.detached || r.writeFailed {
+		r.tokensAfterDisconnect++
+		s.tokensAfterDisconnect.Add(1)
+	}
+}

@@ -1,0 +1,366 @@
+package foundrytest
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Handler is the emulator as an http.Handler, for serving it on any
+// listener (`foundryq emulator`). It owns the generation goroutines; Close
+// stops them. The zero value is not usable: use NewHandler.
+type Handler struct {
+	cfg   Config
+	mux   *http.ServeMux
+	stats counters
+
+	mu        sync.Mutex
+	closed    bool
+	responses map[string]*response
+	runs      map[string]*runInfo
+	lastSweep time.Time
+
+	genWG sync.WaitGroup // generation goroutines
+	reqWG sync.WaitGroup // ServeHTTP calls in flight
+}
+
+// runInfo is what the emulator remembers per metadata.run_id.
+type runInfo struct {
+	created  int64
+	bodies   []json.RawMessage
+	response []*response
+}
+
+// NewHandler returns an emulator handler. It panics if cfg.Validate fails:
+// validate configuration from flags with Config.Validate first.
+func NewHandler(cfg Config) *Handler {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	h := &Handler{
+		cfg:       cfg.withDefaults(),
+		responses: make(map[string]*response),
+		runs:      make(map[string]*runInfo),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /openai/v1/responses", h.authed(h.handleCreate))
+	mux.HandleFunc("GET /openai/v1/responses/{id}", h.authed(h.handleGet))
+	mux.HandleFunc("DELETE /openai/v1/responses/{id}", h.authed(h.handleDelete))
+	mux.HandleFunc("POST /openai/v1/responses/{id}/cancel", h.authed(h.handleCancel))
+	mux.HandleFunc("GET /_emulator/stats", h.handleStats)
+	mux.HandleFunc("/", h.handleUnknown)
+	h.mux = mux
+	return h
+}
+
+// ServeHTTP serves the emulator's routes:
+//
+//	POST   /openai/v1/responses
+//	GET    /openai/v1/responses/{id}            (JSON, or SSE with ?stream=true[&starting_after=N])
+//	POST   /openai/v1/responses/{id}/cancel
+//	DELETE /openai/v1/responses/{id}
+//	GET    /_emulator/stats                     (Stats as JSON; never needs the key)
+func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		(&apiError{status: http.StatusServiceUnavailable, typ: "server_error",
+			message: "The emulator is shutting down."}).write(w)
+		return
+	}
+	h.reqWG.Add(1)
+	h.mu.Unlock()
+	defer h.reqWG.Done()
+	h.mux.ServeHTTP(w, req)
+}
+
+// Close stops every generation at once (responses in progress keep their
+// status; their streams end after the last event emitted) and waits for the
+// generation goroutines. Later requests get 503. Close does not wait for
+// streams being written: close the listener's connections (http.Server.Close
+// or Shutdown) for that; Server.Close does both. Close is idempotent.
+func (h *Handler) Close() {
+	h.mu.Lock()
+	h.closed = true
+	all := make([]*response, 0, len(h.responses))
+	for _, r := range h.responses {
+		all = append(all, r)
+	}
+	h.mu.Unlock()
+	for _, r := range all {
+		r.mu.Lock()
+		r.stopLocked()
+		r.closeLogLocked()
+		r.mu.Unlock()
+	}
+	h.genWG.Wait()
+}
+
+// waitRequests waits for the ServeHTTP calls in flight.
+func (h *Handler) waitRequests() { h.reqWG.Wait() }
+
+// authed wraps next with the API key check.
+func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if !h.authorized(req) {
+			errUnauthorized().write(w)
+			return
+		}
+		next(w, req)
+	}
+}
+
+// authorized accepts "api-key: <key>" or "Authorization: Bearer <key>".
+func (h *Handler) authorized(req *http.Request) bool {
+	key := h.cfg.APIKey
+	if key == "" {
+		return true
+	}
+	if got := req.Header.Get("Api-Key"); got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(key)) == 1 {
+		return true
+	}
+	auth := req.Header.Get("Authorization")
+	const bearer = "Bearer "
+	if len(auth) > len(bearer) && strings.EqualFold(auth[:len(bearer)], bearer) {
+		return subtle.ConstantTimeCompare([]byte(auth[len(bearer):]), []byte(key)) == 1
+	}
+	return false
+}
+
+// handleUnknown answers paths and methods the emulator does not serve.
+func (h *Handler) handleUnknown(w http.ResponseWriter, req *http.Request) {
+	p := req.URL.Path
+	if strings.HasPrefix(p, "/openai/") && !h.authorized(req) {
+		errUnauthorized().write(w)
+		return
+	}
+	rest, isResponses := strings.CutPrefix(p, "/openai/v1/responses")
+	known := isResponses && (rest == "" ||
+		(strings.Count(rest, "/") == 1 && len(rest) > 1) ||
+		(strings.Count(rest, "/") == 2 && strings.HasSuffix(rest, "/cancel") && len(rest) > len("//cancel")))
+	if known {
+		e := &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
+			message: "Method " + req.Method + " is not allowed for this resource."}
+		e.write(w)
+		return
+	}
+	(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "404",
+		message: "Resource not found"}).write(w)
+}
+
+// handleStats serves Stats as JSON.
+func (h *Handler) handleStats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.Stats())
+}
+
+// writeJSON answers status with v encoded as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var data []byte
+	switch v := v.(type) {
+	case json.RawMessage:
+		data = v
+	default:
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			(&apiError{status: http.StatusInternalServerError, typ: "server_error", message: err.Error()}).write(w)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}
+
+// newID returns a fresh hex id body, like the 48 hex digits of real ids.
+func newID() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// lookup returns the stored response id, or nil when it is unknown,
+// deleted or was created with store=false (the real API keeps nothing then).
+func (h *Handler) lookup(id string) *response {
+	h.mu.Lock()
+	r := h.responses[id]
+	h.mu.Unlock()
+	if r == nil || !r.req.store {
+		return nil
+	}
+	return r
+}
+
+// register stores a new response and starts its generation. It returns
+// false when the Handler is closed.
+func (h *Handler) register(r *response) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.sweepLocked(r.createdAt)
+	h.responses[r.id] = r
+	if r.runID != "" {
+		ri := h.runLocked(r.runID)
+		ri.created++
+		ri.response = append(ri.response, r)
+	}
+	h.stats.created.Add(1)
+	h.stats.active.Add(1)
+	h.genWG.Add(1)
+	go h.run(r)
+	return true
+}
+
+func (h *Handler) runLocked(runID string) *runInfo {
+	ri := h.runs[runID]
+	if ri == nil {
+		ri = &runInfo{}
+		h.runs[runID] = ri
+	}
+	return ri
+}
+
+// sweepLocked forgets responses finished more than Retention ago. It runs
+// at most every Retention/4, so its cost is spread over creates.
+func (h *Handler) sweepLocked(now time.Time) {
+	ret := h.cfg.Retention
+	if ret <= 0 || now.Sub(h.lastSweep) < ret/4 {
+		return
+	}
+	h.lastSweep = now
+	for id, r := range h.responses {
+		r.mu.Lock()
+		expired := r.closed && !r.finishedAt.IsZero() && now.Sub(r.finishedAt) > ret
+		r.mu.Unlock()
+		if expired {
+			delete(h.responses, id)
+		}
+	}
+}
+
+// remove forgets r (DELETE).
+func (h *Handler) remove(r *response) {
+	h.mu.Lock()
+	delete(h.responses, r.id)
+	h.mu.Unlock()
+}
+
+// Stats returns a snapshot of the counters and of every response's status.
+func (h *Handler) Stats() Stats {
+	s := &h.stats
+	st := Stats{
+		ResponsesCreated:                  s.created.Load(),
+		CreatesRejected:                   s.rejected.Load(),
+		CancelsReceived:                   s.cancels.Load(),
+		ResponsesCancelled:                s.cancelled.Load(),
+		TokensGenerated:                   s.tokens.Load(),
+		TokensAfterCancel:                 s.tokensAfterCancel.Load(),
+		TokensAfterDisconnect:             s.tokensAfterDisconnect.Load(),
+		ToolCallsStarted:                  s.toolStarted.Load(),
+		ToolCallsCompleted:                s.toolCompleted.Load(),
+		ToolCallsCompletedAfterCancel:     s.toolAfterCancel.Load(),
+		ToolCallsCompletedAfterDisconnect: s.toolAfterDisconnect.Load(),
+		ToolCallsAborted:                  s.toolAborted.Load(),
+		ActiveGenerations:                 s.active.Load(),
+		OpenStreams:                       s.openStreams.Load(),
+		ResponsesByRun:                    map[string]int64{},
+		Statuses:                          map[string]string{},
+	}
+	h.mu.Lock()
+	all := make([]*response, 0, len(h.responses))
+	for _, r := range h.responses {
+		all = append(all, r)
+	}
+	for id, ri := range h.runs {
+		if ri.created > 0 {
+			st.ResponsesByRun[id] = ri.created
+		}
+	}
+	h.mu.Unlock()
+	for _, r := range all {
+		r.mu.Lock()
+		st.Statuses[r.id] = r.status
+		r.mu.Unlock()
+	}
+	return st
+}
+
+// Response returns the response object id as GET /responses/{id} would,
+// whatever its store flag; false if the id is unknown or deleted.
+func (h *Handler) Response(id string) (json.RawMessage, bool) {
+	h.mu.Lock()
+	r := h.responses[id]
+	h.mu.Unlock()
+	if r == nil {
+		return nil, false
+	}
+	return r.snapshot(), true
+}
+
+// Record returns the emulator's record of response id.
+func (h *Handler) Record(id string) (ResponseRecord, bool) {
+	h.mu.Lock()
+	r := h.responses[id]
+	h.mu.Unlock()
+	if r == nil {
+		return ResponseRecord{}, false
+	}
+	return r.record(), true
+}
+
+// Records returns the records of the responses created for metadata.run_id
+// runID, oldest first (deleted ones included).
+func (h *Handler) Records(runID string) []ResponseRecord {
+	h.mu.Lock()
+	var rs []*response
+	if ri := h.runs[runID]; ri != nil {
+		rs = append(rs, ri.response...)
+	}
+	h.mu.Unlock()
+	out := make([]ResponseRecord, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.record())
+	}
+	return out
+}
+
+// CreateRequests returns the raw bodies of every create request received
+// with metadata.run_id == runID, oldest first, including those answered with
+// an error (emu_create_status, validation), so tests can check what reached
+// "Foundry" and how often.
+func (h *Handler) CreateRequests(runID string) []json.RawMessage {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ri := h.runs[runID]
+	if ri == nil {
+		return nil
+	}
+	out := make([]json.RawMessage, len(ri.bodies))
+	copy(out, ri.bodies)
+	return out
+}
+
+// recordCreate remembers a create body received for runID.
+func (h *Handler) recordCreate(runID string, body []byte) {
+	if runID == "" {
+		return
+	}
+	h.mu.Lock()
+	ri := h.runLocked(runID)
+	ri.bodies = append(ri.bodies, json.RawMessage(body))
+	h.mu.Unlock()
+}
+
+// logEnd logs a response's final status (r.mu held).
+func (h *Handler) logEnd(r *response) {
+	h.cfg.Logger.Debug().Str("response_id", r.id).Str("run_id", r.runID).
+		Str("status", r.status).Int("tokens", r.tokens).Msg("foundrytest: response finished")
+}

@@ -1,0 +1,200 @@
+package foundrytest
+
+import "encoding/json"
+
+// The wire shapes of the Responses API objects the emulator sends.
+
+// usageObject is Response.usage.
+type usageObject struct {
+	InputTokens         int                 `json:"input_tokens"`
+	InputTokensDetails  inputTokensDetails  `json:"input_tokens_details"`
+	OutputTokens        int                 `json:"output_tokens"`
+	OutputTokensDetails outputTokensDetails `json:"output_tokens_details"`
+	TotalTokens         int                 `json:"total_tokens"`
+}
+
+type inputTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+type outputTokensDetails struct {
+	ReasoningTokens int `json:"reasoning_tokens"`
+}
+
+// errorDetail is Response.error.
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// incompleteDetails is Response.incomplete_details.
+type incompleteDetails struct {
+	Reason string `json:"reason"`
+}
+
+// outputText is a content part of a message item.
+type outputText struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Annotations []any  `json:"annotations"`
+	Logprobs    []any  `json:"logprobs"`
+}
+
+func newOutputText(text string) outputText {
+	return outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}
+}
+
+// messageItem is an output item of type "message".
+type messageItem struct {
+	ID      string       `json:"id"`
+	Type    string       `json:"type"`
+	Status  string       `json:"status"`
+	Role    string       `json:"role"`
+	Content []outputText `json:"content"`
+}
+
+// mcpCallItem is an output item of type "mcp_call".
+type mcpCallItem struct {
+	ID                string  `json:"id"`
+	Type              string  `json:"type"`
+	Name              string  `json:"name"`
+	ServerLabel       string  `json:"server_label"`
+	Arguments         string  `json:"arguments"`
+	Output            *string `json:"output"`
+	Error             *string `json:"error"`
+	Status            string  `json:"status"`
+	ApprovalRequestID *string `json:"approval_request_id"`
+}
+
+// responseObject is the Response object returned by create, get, cancel
+// and carried by the response.* lifecycle events.
+type responseObject struct {
+	ID                 string             `json:"id"`
+	Object             string             `json:"object"`
+	CreatedAt          int64              `json:"created_at"`
+	CompletedAt        *int64             `json:"completed_at,omitempty"`
+	Status             string             `json:"status"`
+	Background         bool               `json:"background"`
+	Error              *errorDetail       `json:"error"`
+	IncompleteDetails  *incompleteDetails `json:"incomplete_details"`
+	Instructions       *string            `json:"instructions"`
+	MaxOutputTokens    *int               `json:"max_output_tokens"`
+	Model              string             `json:"model,omitempty"`
+	AgentReference     json.RawMessage    `json:"agent_reference,omitempty"`
+	Agent              json.RawMessage    `json:"agent,omitempty"`
+	Output             []any              `json:"output"`
+	ParallelToolCalls  bool               `json:"parallel_tool_calls"`
+	PreviousResponseID *string            `json:"previous_response_id"`
+	Store              bool               `json:"store"`
+	Temperature        float64            `json:"temperature"`
+	TopP               float64            `json:"top_p"`
+	ToolChoice         string             `json:"tool_choice"`
+	Tools              []json.RawMessage  `json:"tools"`
+	Truncation         string             `json:"truncation"`
+	Usage              *usageObject       `json:"usage"`
+	Metadata           map[string]string  `json:"metadata"`
+}
+
+// deletedObject is the reply to DELETE /responses/{id}.
+type deletedObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Deleted bool   `json:"deleted"`
+}
+
+// Stream event shapes. Every event carries type and sequence_number.
+
+type lifecycleEvent struct {
+	Type           string          `json:"type"`
+	SequenceNumber int             `json:"sequence_number"`
+	Response       *responseObject `json:"response"`
+}
+
+type itemEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	OutputIndex    int    `json:"output_index"`
+	Item           any    `json:"item"`
+}
+
+type partEvent struct {
+	Type           string     `json:"type"`
+	SequenceNumber int        `json:"sequence_number"`
+	ItemID         string     `json:"item_id"`
+	OutputIndex    int        `json:"output_index"`
+	ContentIndex   int        `json:"content_index"`
+	Part           outputText `json:"part"`
+}
+
+type textDoneEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	ContentIndex   int    `json:"content_index"`
+	Text           string `json:"text"`
+	Logprobs       []any  `json:"logprobs"`
+}
+
+type mcpEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+}
+
+type mcpArgsDeltaEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	Delta          string `json:"delta"`
+}
+
+type mcpArgsDoneEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	Arguments      string `json:"arguments"`
+}
+
+// Event type names.
+const (
+	evCreated         = "response.created"
+	evQueued          = "response.queued"
+	evInProgress      = "response.in_progress"
+	evCompleted       = "response.completed"
+	evFailed          = "response.failed"
+	evIncomplete      = "response.incomplete"
+	evItemAdded       = "response.output_item.added"
+	evItemDone        = "response.output_item.done"
+	evPartAdded       = "response.content_part.added"
+	evPartDone        = "response.content_part.done"
+	evTextDelta       = "response.output_text.delta"
+	evTextDone        = "response.output_text.done"
+	evMCPInProgress   = "response.mcp_call.in_progress"
+	evMCPArgsDelta    = "response.mcp_call_arguments.delta"
+	evMCPArgsDone     = "response.mcp_call_arguments.done"
+	evMCPCompleted    = "response.mcp_call.completed"
+	evMCPFailed       = "response.mcp_call.failed"
+	statusQueued      = "queued"
+	statusInProgress  = "in_progress"
+	statusCompleted   = "completed"
+	statusFailed      = "failed"
+	statusIncomplete  = "incomplete"
+	statusCancelled   = "cancelled"
+	reasonMaxTokens   = "max_output_tokens"
+	failedCode        = "server_error"
+	failedMessage     = "An error occurred while processing your request. You can retry your request, or contact us if the error persists."
+	toolFailedMessage = "Error executing tool: the MCP server returned an error (emulated by emu_tool_fail)."
+)
+
+// terminalStatus reports whether s is a final status.
+func terminalStatus(s string) bool {
+	switch s {
+	case statusCompleted, statusFailed, statusIncomplete, statusCancelled:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,313 @@
+package foundrytest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"unicode/utf8"
+)
+
+// createRequest is the part of a POST /responses body the emulator uses.
+// Unknown fields are accepted and ignored, as the real service ignores
+// options it does not need to act on; known fields are type-checked.
+type createRequest struct {
+	model        string
+	agentField   string          // "agent_reference" or "agent" when an agent is referenced
+	agentRaw     json.RawMessage // echoed in the response object
+	input        json.RawMessage
+	instructions *string
+	tools        []json.RawMessage
+	background   bool
+	stream       bool
+	store        bool
+	metadata     map[string]string
+	maxOutput    int // 0: no limit
+	serverLabel  string
+	toolName     string
+}
+
+// Metadata limits of the real API.
+const (
+	maxMetadataPairs = 16
+	maxMetadataKey   = 64
+	maxMetadataValue = 512
+	minOutputTokens  = 16
+)
+
+// jsonKind names the JSON type of raw the way the API's error messages do.
+func jsonKind(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	if bytes.ContainsAny(raw, ".eE") {
+		return "a decimal"
+	}
+	return "an integer"
+}
+
+func isNull(raw json.RawMessage) bool {
+	return string(bytes.TrimSpace(raw)) == "null"
+}
+
+func invalidType(param, want string, raw json.RawMessage) *apiError {
+	return invalidRequest(param, "invalid_type",
+		"Invalid type for '%s': expected %s, but got %s instead.", param, want, jsonKind(raw))
+}
+
+func missingParam(param string) *apiError {
+	return invalidRequest(param, "missing_required_parameter", "Missing required parameter: '%s'.", param)
+}
+
+// decodeString decodes an optional string field; null counts as absent.
+func decodeString(fields map[string]json.RawMessage, name string) (string, bool, *apiError) {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return "", false, nil
+	}
+	var s string
+	if jsonKind(raw) != "a string" || json.Unmarshal(raw, &s) != nil {
+		return "", false, invalidType(name, "a string", raw)
+	}
+	return s, true, nil
+}
+
+// decodeBool decodes an optional boolean field; null counts as absent.
+func decodeBool(fields map[string]json.RawMessage, name string, def bool) (bool, *apiError) {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return def, nil
+	}
+	var b bool
+	if json.Unmarshal(raw, &b) != nil {
+		return false, invalidType(name, "a boolean", raw)
+	}
+	return b, nil
+}
+
+// parseCreate decodes and validates a create body.
+func parseCreate(body []byte) (*createRequest, *apiError) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return nil, invalidRequest("", "",
+			"We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. "+
+				"The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)")
+	}
+	req := &createRequest{}
+	var aerr *apiError
+
+	var hasModel bool
+	if req.model, hasModel, aerr = decodeString(fields, "model"); aerr != nil {
+		return nil, aerr
+	}
+	if hasModel && req.model == "" {
+		return nil, invalidRequest("model", "invalid_value", "Invalid value for 'model': expected a non-empty string.")
+	}
+	for _, name := range []string{"agent_reference", "agent"} {
+		raw, ok := fields[name]
+		if !ok || isNull(raw) {
+			continue
+		}
+		if req.agentField != "" {
+			return nil, invalidRequest(name, "invalid_value",
+				"Invalid request: give only one of 'agent_reference' or 'agent'.")
+		}
+		if aerr := checkAgent(name, raw); aerr != nil {
+			return nil, aerr
+		}
+		req.agentField, req.agentRaw = name, raw
+	}
+	switch {
+	case hasModel && req.agentField != "":
+		return nil, invalidRequest("model", "invalid_value",
+			"Invalid request: provide exactly one of 'model' or '%s', not both.", req.agentField)
+	case !hasModel && req.agentField == "":
+		return nil, missingParam("model")
+	}
+
+	if raw, ok := fields["input"]; ok && !isNull(raw) {
+		if k := jsonKind(raw); k != "a string" && k != "an array" {
+			return nil, invalidType("input", "a string or an array", raw)
+		}
+		if !json.Valid(raw) {
+			return nil, invalidType("input", "a string or an array", raw)
+		}
+		req.input = raw
+	}
+	if s, ok, aerr := decodeString(fields, "instructions"); aerr != nil {
+		return nil, aerr
+	} else if ok {
+		req.instructions = &s
+	}
+	if aerr := req.parseTools(fields); aerr != nil {
+		return nil, aerr
+	}
+	if req.background, aerr = decodeBool(fields, "background", false); aerr != nil {
+		return nil, aerr
+	}
+	if req.stream, aerr = decodeBool(fields, "stream", false); aerr != nil {
+		return nil, aerr
+	}
+	if req.store, aerr = decodeBool(fields, "store", true); aerr != nil {
+		return nil, aerr
+	}
+	if req.metadata, aerr = parseMetadata(fields["metadata"]); aerr != nil {
+		return nil, aerr
+	}
+	if raw, ok := fields["max_output_tokens"]; ok && !isNull(raw) {
+		var n int64
+		if jsonKind(raw) != "an integer" || json.Unmarshal(raw, &n) != nil {
+			return nil, invalidType("max_output_tokens", "an integer", raw)
+		}
+		if n < minOutputTokens {
+			return nil, invalidRequest("max_output_tokens", "integer_below_min_value",
+				"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= %d, but got %d instead.",
+				minOutputTokens, n)
+		}
+		if n > MaxScenarioTokens {
+			n = MaxScenarioTokens
+		}
+		req.maxOutput = int(n)
+	}
+	if req.background && !req.store {
+		return nil, invalidRequest("background", "invalid_value",
+			"Background mode requires store=true. Set 'store' to true or 'background' to false.")
+	}
+	return req, nil
+}
+
+// checkAgent validates an agent reference {type:"agent_reference", name, version?}.
+func checkAgent(field string, raw json.RawMessage) *apiError {
+	if jsonKind(raw) != "an object" {
+		return invalidType(field, "an object", raw)
+	}
+	var ref map[string]json.RawMessage
+	if json.Unmarshal(raw, &ref) != nil {
+		return invalidType(field, "an object", raw)
+	}
+	name, ok, aerr := decodeString(ref, "name")
+	if aerr != nil {
+		return invalidType(field+".name", "a string", ref["name"])
+	}
+	if !ok || name == "" {
+		return missingParam(field + ".name")
+	}
+	if _, _, aerr := decodeString(ref, "version"); aerr != nil {
+		return invalidType(field+".version", "a string", ref["version"])
+	}
+	if typ, ok, aerr := decodeString(ref, "type"); aerr != nil {
+		return invalidType(field+".type", "a string", ref["type"])
+	} else if ok && typ != "agent_reference" {
+		return invalidRequest(field+".type", "invalid_value",
+			"Invalid value: '%s'. Supported values are: 'agent_reference'.", typ)
+	}
+	return nil
+}
+
+// parseTools checks tools[] and remembers the first MCP tool.
+func (req *createRequest) parseTools(fields map[string]json.RawMessage) *apiError {
+	raw, ok := fields["tools"]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	if jsonKind(raw) != "an array" || json.Unmarshal(raw, &req.tools) != nil {
+		return invalidType("tools", "an array", raw)
+	}
+	for i, t := range req.tools {
+		param := fmt.Sprintf("tools[%d]", i)
+		var tool map[string]json.RawMessage
+		if jsonKind(t) != "an object" || json.Unmarshal(t, &tool) != nil {
+			return invalidType(param, "an object", t)
+		}
+		typ, ok, aerr := decodeString(tool, "type")
+		if aerr != nil {
+			return invalidType(param+".type", "a string", tool["type"])
+		}
+		if !ok {
+			return missingParam(param + ".type")
+		}
+		if typ != "mcp" {
+			continue
+		}
+		label, ok, aerr := decodeString(tool, "server_label")
+		if aerr != nil {
+			return invalidType(param+".server_label", "a string", tool["server_label"])
+		}
+		if !ok || label == "" {
+			return missingParam(param + ".server_label")
+		}
+		if req.serverLabel == "" {
+			req.serverLabel = label
+			req.toolName = firstAllowedTool(tool["allowed_tools"])
+		}
+	}
+	return nil
+}
+
+// firstAllowedTool returns the first name of an allowed_tools list or
+// filter, or "".
+func firstAllowedTool(raw json.RawMessage) string {
+	var names []string
+	if json.Unmarshal(raw, &names) == nil && len(names) > 0 {
+		return names[0]
+	}
+	var filter struct {
+		ToolNames []string `json:"tool_names"`
+	}
+	if json.Unmarshal(raw, &filter) == nil && len(filter.ToolNames) > 0 {
+		return filter.ToolNames[0]
+	}
+	return ""
+}
+
+// parseMetadata checks the metadata map against the real API's limits.
+func parseMetadata(raw json.RawMessage) (map[string]string, *apiError) {
+	if raw == nil || isNull(raw) {
+		return map[string]string{}, nil
+	}
+	var fields map[string]json.RawMessage
+	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &fields) != nil {
+		return nil, invalidType("metadata", "an object", raw)
+	}
+	if len(fields) > maxMetadataPairs {
+		return nil, invalidRequest("metadata", "object_above_max_properties",
+			"Invalid 'metadata': too many properties. Expected an object with at most %d properties, but got %d instead.",
+			maxMetadataPairs, len(fields))
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	md := make(map[string]string, len(fields))
+	for _, k := range keys {
+		if utf8.RuneCountInString(k) > maxMetadataKey {
+			return nil, invalidRequest("metadata", "string_above_max_length",
+				"Invalid 'metadata': key '%s' is longer than %d characters.", k, maxMetadataKey)
+		}
+		var v string
+		if jsonKind(fields[k]) != "a string" || json.Unmarshal(fields[k], &v) != nil {
+			return nil, invalidType("metadata."+k, "a string", fields[k])
+		}
+		if utf8.RuneCountInString(v) > maxMetadataValue {
+			return nil, invalidRequest("metadata."+k, "string_above_max_length",
+				"Invalid 'metadata.%s': string too long. Expected a string with maximum length %d, but got a string with length %d instead.",
+				k, maxMetadataValue, utf8.RuneCountInString(v))
+		}
+		md[k] = v
+	}
+	return md, nil
+}

@@ -1,0 +1,315 @@
+package foundrytest
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// response is one response held by the emulator: its request, its scenario,
+// its state and its append-only event log. The generation goroutine is the
+// only writer of events; followers (SSE streams) read the log.
+type response struct {
+	h           *Handler
+	id          string
+	msgID       string
+	mcpID       string
+	runID       string
+	req         *createRequest
+	sc          scenario
+	seed        uint64
+	createdAt   time.Time
+	inputTokens int
+	stop        chan struct{} // closed when the generation must stop at once
+	done        chan struct{} // closed when the event log is complete
+
+	mu         sync.Mutex
+	status     string
+	createdObj *responseObject // the object sent with response.created
+	// The event log: buf[ends[i-1]:ends[i]] is the encoded SSE frame of the
+	// event with sequence number i. Frames are encoded once, when appended;
+	// buf is only ever appended to, so a follower may keep a slice of it
+	// after unlocking.
+	buf         []byte
+	ends        []int
+	wake        chan struct{} // made by a waiting follower, closed by the next append
+	closed      bool          // the log is complete
+	stopped     bool          // emit nothing more (cancel, delete, failure, close)
+	stopClosed  bool
+	deleted     bool
+	output      []any // *messageItem or *mcpCallItem, in output order
+	msg         *messageItem
+	msgIndex    int
+	partAdded   bool
+	tool        *mcpCallItem
+	toolIndex   int
+	toolRunning bool
+	text        []byte
+	tokens      int
+	errObj      *errorDetail
+	incomplete  *incompleteDetails
+	usage       *usageObject
+	completedAt time.Time
+	finishedAt  time.Time
+	cancelledAt time.Time
+	// Streams: attached counts connected SSE followers; detached is set when
+	// a follower went away before the end and none is attached, so the work
+	// done meanwhile is work done "after a client disconnect".
+	attached       int
+	detached       bool
+	disconnectedAt time.Time
+	writeFailed    bool // non-background: the client went away, the next write fails
+
+	tokensAfterCancel     int
+	tokensAfterDisconnect int
+}
+
+// seqLocked is the sequence number of the next event.
+func (r *response) seqLocked() int { return len(r.ends) }
+
+// appendEventLocked encodes v as the next SSE frame of type typ.
+func (r *response) appendEventLocked(typ string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil { // cannot happen with the emulator's own types
+		panic("foundrytest: encode " + typ + ": " + err.Error())
+	}
+	r.buf = appendFrame(r.buf, typ, data)
+	r.endEventLocked()
+}
+
+// endEventLocked records that buf now ends with a complete frame and wakes
+// the followers.
+func (r *response) endEventLocked() {
+	r.ends = append(r.ends, len(r.buf))
+	r.notifyLocked()
+}
+
+func (r *response) notifyLocked() {
+	if r.wake != nil {
+		close(r.wake)
+		r.wake = nil
+	}
+}
+
+// closeLogLocked marks the log complete: followers end after the last frame.
+func (r *response) closeLogLocked() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	close(r.done)
+	r.notifyLocked()
+}
+
+// stopLocked makes the generation stop at its next step and interrupts its
+// current wait (token delay or tool call).
+func (r *response) stopLocked() {
+	r.stopped = true
+	if !r.stopClosed {
+		r.stopClosed = true
+		close(r.stop)
+	}
+}
+
+// usageLocked is the usage so far.
+func (r *response) usageLocked() *usageObject {
+	return &usageObject{
+		InputTokens:  r.inputTokens,
+		OutputTokens: r.tokens,
+		TotalTokens:  r.inputTokens + r.tokens,
+	}
+}
+
+// finishLocked sets a final status and the usage.
+func (r *response) finishLocked(status string) {
+	now := r.h.cfg.Clock()
+	r.status = status
+	r.usage = r.usageLocked()
+	r.finishedAt = now
+	if status == statusCompleted {
+		r.completedAt = now
+	}
+	r.markOpenItemsLocked(statusIncomplete)
+}
+
+// markOpenItemsLocked gives every item still in progress the status s.
+func (r *response) markOpenItemsLocked(s string) {
+	if r.msg != nil && r.msg.Status == statusInProgress {
+		r.msg.Status = s
+	}
+	if r.tool != nil && r.tool.Status == statusInProgress {
+		r.tool.Status = s
+	}
+}
+
+// messageLocked is a copy of the message item with its text so far.
+func (r *response) messageLocked() *messageItem {
+	m := *r.msg
+	m.Content = []outputText{}
+	if r.partAdded {
+		m.Content = []outputText{newOutputText(string(r.text))}
+	}
+	return &m
+}
+
+// toolLocked is a copy of the mcp_call item.
+func (r *response) toolLocked() *mcpCallItem {
+	t := *r.tool
+	return &t
+}
+
+// snapshotLocked is the Response object as it stands. It shares nothing
+// mutable with r, so it can be encoded after unlocking.
+func (r *response) snapshotLocked() *responseObject {
+	req := r.req
+	obj := &responseObject{
+		ID:                r.id,
+		Object:            "response",
+		CreatedAt:         r.createdAt.Unix(),
+		Status:            r.status,
+		Background:        req.background,
+		Error:             r.errObj,
+		IncompleteDetails: r.incomplete,
+		Instructions:      req.instructions,
+		Model:             req.model,
+		Output:            make([]any, 0, len(r.output)),
+		ParallelToolCalls: true,
+		Store:             req.store,
+		Temperature:       1,
+		TopP:              1,
+		ToolChoice:        "auto",
+		Tools:             req.tools,
+		Truncation:        "disabled",
+		Usage:             r.usage,
+		Metadata:          req.metadata,
+	}
+	if obj.Tools == nil {
+		obj.Tools = []json.RawMessage{}
+	}
+	if req.maxOutput > 0 {
+		n := req.maxOutput
+		obj.MaxOutputTokens = &n
+	}
+	switch req.agentField {
+	case "agent_reference":
+		obj.AgentReference = req.agentRaw
+	case "agent":
+		obj.Agent = req.agentRaw
+	}
+	if !r.completedAt.IsZero() {
+		t := r.completedAt.Unix()
+		obj.CompletedAt = &t
+	}
+	for _, it := range r.output {
+		switch it.(type) {
+		case *messageItem:
+			obj.Output = append(obj.Output, r.messageLocked())
+		case *mcpCallItem:
+			obj.Output = append(obj.Output, r.toolLocked())
+		}
+	}
+	return obj
+}
+
+// snapshot is snapshotLocked encoded as JSON.
+func (r *response) snapshot() json.RawMessage {
+	r.mu.Lock()
+	obj := r.snapshotLocked()
+	r.mu.Unlock()
+	data, _ := json.Marshal(obj)
+	return data
+}
+
+// attach registers a connected stream.
+func (r *response) attach() {
+	r.mu.Lock()
+	r.attached++
+	r.detached = false
+	r.mu.Unlock()
+	r.h.stats.openStreams.Add(1)
+}
+
+// detach unregisters a stream; lost reports that it went away before the end
+// of the log (client disconnect, write error or emu_drop_after).
+func (r *response) detach(lost, createStream bool) {
+	r.mu.Lock()
+	r.attached--
+	if lost {
+		r.lostLocked(createStream)
+	}
+	r.mu.Unlock()
+	r.h.stats.openStreams.Add(-1)
+}
+
+// lostLocked records that a client went away before the end. createStream
+// says it was the create's own connection.
+func (r *response) lostLocked(createStream bool) {
+	if r.closed {
+		return
+	}
+	if r.disconnectedAt.IsZero() {
+		r.disconnectedAt = r.h.cfg.Clock()
+	}
+	if r.attached == 0 {
+		r.detached = true
+	}
+	if createStream && !r.req.background {
+		// A foreground response lives on its connection: its next write fails.
+		r.writeFailed = true
+	}
+}
+
+// record is the exported view of r.
+func (r *response) record() ResponseRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return ResponseRecord{
+		ID:                    r.id,
+		RunID:                 r.runID,
+		Status:                r.status,
+		Background:            r.req.background,
+		Stream:                r.req.stream,
+		Store:                 r.req.store,
+		CreatedAt:             r.createdAt,
+		FinishedAt:            r.finishedAt,
+		CancelledAt:           r.cancelledAt,
+		DisconnectedAt:        r.disconnectedAt,
+		Events:                len(r.ends),
+		Tokens:                r.tokens,
+		TokensAfterCancel:     r.tokensAfterCancel,
+		TokensAfterDisconnect: r.tokensAfterDisconnect,
+		StreamsAttached:       r.attached,
+		Text:                  string(r.text),
+	}
+}
+
+// waitEvents waits until the log holds n events or is complete; false if
+// ctx ended first.
+func (r *response) waitEvents(ctx context.Context, n int) bool {
+	for {
+		r.mu.Lock()
+		if len(r.ends) >= n || r.closed {
+			r.mu.Unlock()
+			return true
+		}
+		if r.wake == nil {
+			r.wake = make(chan struct{})
+		}
+		wake := r.wake
+		r.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// clientGone records that the client of a foreground, non-streamed create
+// went away: like a stream's, its response ends at the next "write".
+func (r *response) clientGone() {
+	r.mu.Lock()
+	r.lostLocked(true)
+	r.mu.Unlock()
+}

@@ -1,0 +1,81 @@
+package foundrytest
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Server is an emulator listening on a loopback port, in the spirit of
+// httptest.Server.
+type Server struct {
+	h    *Handler
+	ln   net.Listener
+	srv  *http.Server
+	url  string
+	done sync.WaitGroup
+	once sync.Once
+}
+
+// NewServer starts an emulator on 127.0.0.1 with a free port. It panics if
+// it cannot listen or if cfg is invalid, like httptest.NewServer.
+func NewServer(cfg Config) *Server {
+	h := NewHandler(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic("foundrytest: listen: " + err.Error())
+	}
+	s := &Server{
+		h:   h,
+		ln:  ln,
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		url: "http://" + ln.Addr().String(),
+	}
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			h.cfg.Logger.Error().Err(err).Msg("foundrytest: serve")
+		}
+	}()
+	return s
+}
+
+// URL is the server's root, e.g. "http://127.0.0.1:40123".
+func (s *Server) URL() string { return s.url }
+
+// BaseURL is the v1 API base URL: URL()+"/openai/v1/".
+func (s *Server) BaseURL() string { return s.url + "/openai/v1/" }
+
+// Handler is the emulator behind the server.
+func (s *Server) Handler() *Handler { return s.h }
+
+// Close stops every generation, closes every connection and waits for all
+// of the server's goroutines. It is idempotent.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		s.h.Close()
+		_ = s.srv.Close()
+		s.done.Wait()
+		s.h.waitRequests()
+	})
+}
+
+// Stats returns the emulator's counters; see Handler.Stats.
+func (s *Server) Stats() Stats { return s.h.Stats() }
+
+// Response returns the stored response object; see Handler.Response.
+func (s *Server) Response(id string) (json.RawMessage, bool) { return s.h.Response(id) }
+
+// Record returns the emulator's record of a response; see Handler.Record.
+func (s *Server) Record(id string) (ResponseRecord, bool) { return s.h.Record(id) }
+
+// Records returns the records for a run id; see Handler.Records.
+func (s *Server) Records(runID string) []ResponseRecord { return s.h.Records(runID) }
+
+// CreateRequests returns the create bodies received for a run id; see
+// Handler.CreateRequests.
+func (s *Server) CreateRequests(runID string) []json.RawMessage { return s.h.CreateRequests(runID) }

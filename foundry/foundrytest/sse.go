@@ -1,0 +1,131 @@
+package foundrytest
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+)
+
+// appendFrame appends one SSE frame: "event: <typ>\ndata: <data>\n\n".
+// data is one line of JSON (encoding/json never emits raw newlines).
+func appendFrame(dst []byte, typ string, data []byte) []byte {
+	dst = append(dst, "event: "...)
+	dst = append(dst, typ...)
+	dst = append(dst, "\ndata: "...)
+	dst = append(dst, data...)
+	return append(dst, "\n\n"...)
+}
+
+// appendDeltaFrame appends a response.output_text.delta frame whose delta is
+// the i-th token of seed, without reflection or allocation: this is the hot
+// path of the emulator.
+func appendDeltaFrame(dst []byte, seq int, itemID string, outputIndex int, seed uint64, i int) []byte {
+	dst = append(dst, "event: "+evTextDelta+"\ndata: {\"type\":\""+evTextDelta+"\",\"sequence_number\":"...)
+	dst = strconv.AppendInt(dst, int64(seq), 10)
+	dst = append(dst, `,"item_id":"`...)
+	dst = append(dst, itemID...)
+	dst = append(dst, `","output_index":`...)
+	dst = strconv.AppendInt(dst, int64(outputIndex), 10)
+	dst = append(dst, `,"content_index":0,"delta":"`...)
+	dst = appendToken(dst, seed, i) // vocabulary words need no JSON escaping
+	return append(dst, "\",\"logprobs\":[]}\n\n"...)
+}
+
+// setSSEHeaders prepares w for an event stream. Nothing is sent before the
+// first frame, so a create delayed by emu_created_ms holds back its headers.
+func setSSEHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+}
+
+// followEnd says how a stream ended.
+type followEnd int
+
+const (
+	endComplete followEnd = iota // every frame of the complete log was written
+	endGone                      // the client went away or a write failed
+	endCut                       // the frame limit (emu_drop_after) was reached
+)
+
+// follow writes the frames of r from sequence number from on: first what
+// the log holds, then live frames as they are appended, until the log is
+// complete, ctx ends, a write fails, or limit frames of the log have been
+// written (limit < 0: no limit). Frames are written in batches and flushed
+// when the follower has caught up, so a fast generation costs few syscalls.
+func (r *response) follow(ctx context.Context, w http.ResponseWriter, from, limit int) followEnd {
+	rc := http.NewResponseController(w)
+	i := from
+	wrote := false
+	for {
+		r.mu.Lock()
+		total := len(r.ends)
+		n := total
+		if limit >= 0 && n > limit {
+			n = limit
+		}
+		var chunk []byte
+		if i < n {
+			start := 0
+			if i > 0 {
+				start = r.ends[i-1]
+			}
+			chunk = r.buf[start:r.ends[n-1]]
+		}
+		complete := r.closed && i >= total
+		cut := limit >= 0 && i >= limit && !complete
+		var wake chan struct{}
+		if chunk == nil && !complete && !cut {
+			if r.wake == nil {
+				r.wake = make(chan struct{})
+			}
+			wake = r.wake
+		}
+		r.mu.Unlock()
+
+		switch {
+		case chunk != nil:
+			if _, err := w.Write(chunk); err != nil {
+				return endGone
+			}
+			wrote = true
+			i = n
+			continue
+		case complete:
+			if !wrote {
+				w.WriteHeader(http.StatusOK)
+			}
+			if rc.Flush() != nil {
+				return endGone
+			}
+			return endComplete
+		case cut:
+			if rc.Flush() != nil {
+				return endGone
+			}
+			return endCut
+		}
+		if wrote && rc.Flush() != nil {
+			return endGone
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return endGone
+		}
+	}
+}
+
+// cutConnection ends the HTTP exchange abruptly, as a network failure would:
+// the connection is closed without the end of the chunked body, so the
+// client sees an unexpected EOF. Where the connection cannot be taken over
+// (HTTP/2, recorders) the stream just ends.
+func cutConnection(w http.ResponseWriter) {
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	_ = buf.Flush()
+	_ = conn.Close()
+}

@@ -1,0 +1,99 @@
+package foundrytest
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats counts what the emulator did, in particular the server-side work
+// done after a client stopped caring: the figures foundryq exists to drive
+// to zero. It is served as JSON at GET /_emulator/stats.
+type Stats struct {
+	// ResponsesCreated counts responses created (creates that got a response id).
+	ResponsesCreated int64 `json:"responses_created"`
+	// ResponsesByRun counts created responses per metadata.run_id.
+	ResponsesByRun map[string]int64 `json:"responses_by_run"`
+	// CreatesRejected counts creates answered with an error status
+	// (validation, authentication excluded, or emu_create_status).
+	CreatesRejected int64 `json:"creates_rejected"`
+	// CancelsReceived counts POST /responses/{id}/cancel requests, whatever
+	// their outcome.
+	CancelsReceived int64 `json:"cancels_received"`
+	// ResponsesCancelled counts responses a cancel moved to "cancelled".
+	ResponsesCancelled int64 `json:"responses_cancelled"`
+	// TokensGenerated counts every text token generated.
+	TokensGenerated int64 `json:"tokens_generated"`
+	// TokensAfterCancel counts tokens generated after a cancel was accepted
+	// (only emu_complete_despite_cancel generates any).
+	TokensAfterCancel int64 `json:"tokens_after_cancel"`
+	// TokensAfterDisconnect counts tokens generated while the response had no
+	// connected stream after one went away (client disconnect, write error or
+	// emu_drop_after), and for a foreground response the token whose write
+	// failed.
+	TokensAfterDisconnect int64 `json:"tokens_after_disconnect"`
+	// ToolCallsStarted counts MCP tool calls started.
+	ToolCallsStarted int64 `json:"tool_calls_started"`
+	// ToolCallsCompleted counts MCP tool calls that ran to their end
+	// (including those that ended with emu_tool_fail).
+	ToolCallsCompleted int64 `json:"tool_calls_completed"`
+	// ToolCallsCompletedAfterCancel counts tool calls that ran to their end
+	// after a cancel was accepted.
+	ToolCallsCompletedAfterCancel int64 `json:"tool_calls_completed_after_cancel"`
+	// ToolCallsCompletedAfterDisconnect counts tool calls that ran to their
+	// end after the client went away (as for TokensAfterDisconnect).
+	ToolCallsCompletedAfterDisconnect int64 `json:"tool_calls_completed_after_disconnect"`
+	// ToolCallsAborted counts tool calls stopped in flight by a cancel.
+	ToolCallsAborted int64 `json:"tool_calls_aborted"`
+	// ActiveGenerations is the number of responses being generated now.
+	ActiveGenerations int64 `json:"active_generations"`
+	// OpenStreams is the number of SSE streams being served now.
+	OpenStreams int64 `json:"open_streams"`
+	// Statuses maps every response id held (not deleted) to its status.
+	Statuses map[string]string `json:"statuses"`
+}
+
+// counters are the Handler's live counters.
+type counters struct {
+	created               atomic.Int64
+	rejected              atomic.Int64
+	cancels               atomic.Int64
+	cancelled             atomic.Int64
+	tokens                atomic.Int64
+	tokensAfterCancel     atomic.Int64
+	tokensAfterDisconnect atomic.Int64
+	toolStarted           atomic.Int64
+	toolCompleted         atomic.Int64
+	toolAfterCancel       atomic.Int64
+	toolAfterDisconnect   atomic.Int64
+	toolAborted           atomic.Int64
+	active                atomic.Int64
+	openStreams           atomic.Int64
+}
+
+// ResponseRecord is the emulator's view of one response.
+type ResponseRecord struct {
+	ID         string `json:"id"`
+	RunID      string `json:"run_id,omitempty"` // metadata.run_id
+	Status     string `json:"status"`
+	Background bool   `json:"background"`
+	Stream     bool   `json:"stream"`
+	Store      bool   `json:"store"`
+	// CreatedAt is when the create was accepted (created_at).
+	CreatedAt time.Time `json:"created_at"`
+	// FinishedAt is when the response reached its final status (zero if not).
+	FinishedAt time.Time `json:"finished_at"`
+	// CancelledAt is when the first accepted cancel arrived (zero if none).
+	CancelledAt time.Time `json:"cancelled_at"`
+	// DisconnectedAt is when a stream first went away before the end (zero if never).
+	DisconnectedAt time.Time `json:"disconnected_at"`
+	// Events is the number of stream events emitted so far.
+	Events int `json:"events"`
+	// Tokens is the number of text tokens generated so far.
+	Tokens                int `json:"tokens"`
+	TokensAfterCancel     int `json:"tokens_after_cancel"`
+	TokensAfterDisconnect int `json:"tokens_after_disconnect"`
+	// StreamsAttached is the number of SSE streams following it now.
+	StreamsAttached int `json:"streams_attached"`
+	// Text is the output text emitted so far (the concatenated deltas).
+	Text string `json:"text"`
+}
