@@ -1,0 +1,74 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// CancelRequest is the optional JSON body of a request on <prefix>.cancel.<run_id>.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"` // free text, at most 512 characters; recorded with the cancel
+}
+
+// CancelResult is the outcome reported in a CancelReply.
+type CancelResult string
+
+// Cancel results of the v1 contract.
+const (
+	CancelCancelling      CancelResult = "cancelling"       // server-side cancel sent, or recorded to be applied
+	CancelCancelled       CancelResult = "cancelled"        // the run never started and never will
+	CancelAlreadyFinished CancelResult = "already_finished" // the run had ended; Terminal says how
+	CancelNotFound        CancelResult = "not_found"        // no such run is queued or known
+)
+
+// CancelReply is the JSON reply to a cancel request.
+type CancelReply struct {
+	RunID          string       `json:"run_id"`
+	Result         CancelResult `json:"result"`
+	UpstreamStatus string       `json:"upstream_status,omitempty"` // what Foundry reported, when known
+	Terminal       EventType    `json:"terminal,omitempty"`        // with already_finished
+	Error          string       `json:"error,omitempty"`           // the answering worker could not process the cancel
+}
+
+// DecodeCancelRequest decodes a cancel request body. An empty body is a
+// cancel with no reason. Unknown fields and over-long reasons are refused
+// with a *ValidationError.
+func DecodeCancelRequest(data []byte) (CancelRequest, error) {
+	var r CancelRequest
+	if len(data) == 0 {
+		return r, nil
+	}
+	if err := decodeStrict(data, &r, map[string]error{"reason": ErrBadCancelReason}); err != nil {
+		return CancelRequest{}, err
+	}
+	return r, r.Validate()
+}
+
+// Validate checks the reason's length.
+func (r CancelRequest) Validate() error {
+	if !utf8.ValidString(r.Reason) {
+		return invalid("reason", ErrBadCancelReason, "not valid UTF-8")
+	}
+	if utf8.RuneCountInString(r.Reason) > MaxCancelReasonLen {
+		return invalid("reason", ErrBadCancelReason, "longer than %d characters", MaxCancelReasonLen)
+	}
+	return nil
+}
+
+// DecodeCancelReply decodes a cancel reply; the result must be one of the
+// v1 results.
+func DecodeCancelReply(data []byte) (CancelReply, error) {
+	var r CancelReply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return CancelReply{}, fmt.Errorf("events: decode cancel reply: %w", err)
+	}
+	switch r.Result {
+	case CancelCancelling, CancelCancelled, CancelAlreadyFinished, CancelNotFound:
+	default:
+		if r.Error == "" {
+			return r, fmt.Errorf("events: decode cancel reply: unknown result %q", r.Result)
+		}
+	}
+	return r, nil
+}

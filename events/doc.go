@@ -1,0 +1,65 @@
+// Package events is foundryq's wire contract v1: subjects and JetStream
+// names, the message types and their validation, provisioning of the
+// streams, consumer and state bucket, and client helpers to submit, cancel
+// and watch runs.
+//
+// # Subjects and names
+//
+// Every name derives from a prefix, "foundryq" by default (see Names).
+// A run id matches [A-Za-z0-9_-]{1,64} (ValidRunID, NewRunID).
+//
+//	foundryq.runs.<run_id>    run request (RunRequest JSON)      stream FOUNDRYQ_RUNS: work queue, file,
+//	                                                              one message per subject (DiscardNewPerSubject),
+//	                                                              dedupe window >= 10m on Nats-Msg-Id = run id;
+//	                                                              durable pull consumer foundryq-workers
+//	foundryq.events.<run_id>  run events (RunEvent JSON)         stream FOUNDRYQ_EVENTS: limits, file, MaxAge 24h,
+//	                                                              AllowDirect
+//	foundryq.cancel.<run_id>  cancel (CancelRequest -> CancelReply), core NATS request-reply, one worker answers
+//	foundryq.watch.<run_id>   watcher heartbeats (empty body), core NATS
+//	foundryq.dead.<run_id>    dead letters                        stream FOUNDRYQ_DEAD: limits, file, MaxAge 30d
+//	KV foundryq-runs, key <run_id>: RunState (status, response id, owner, attempt, cancel record, timestamps)
+//
+// # Run requests
+//
+// A RunRequest carries run_id (equal to the subject token), exactly one of
+// model (a deployment name) or agent {name, version?}, input (a non-empty
+// string or a non-empty array of Responses input items), and optionally
+// instructions, tools (objects with a string "type", passed through),
+// metadata (at most 15 keys of at most 64 characters, values of at most 512,
+// key "run_id" reserved because foundryq adds it), max_output_tokens (0 or
+// >= 16), timeout_seconds and cancel_on_disconnect_seconds (0..86400), and
+// options (raw Responses fields merged into the request; the fields in
+// ReservedOptions are refused). Unknown fields are refused.
+//
+// DecodeRunRequest and DecodeRunMsg return a *ValidationError whose message
+// names the field and the reason, e.g.
+//
+//	invalid run request: metadata.run_id: key "run_id" is reserved: foundryq sets it to the run id
+//
+// and which matches its rule's sentinel with errors.Is (ErrBadRunID,
+// ErrModelOrAgent, ErrNoInput, ErrBadMetadata, ...) and ErrInvalidRequest.
+//
+// # Events
+//
+// Each event is a RunEvent with run_id, seq (1, 2, 3, ... contiguous per
+// run, never repeated), type, time and per-type fields (see the EventType
+// constants). Exactly one terminal event (run.completed, run.failed,
+// run.cancelled) ends every run a worker took. Each message has the headers
+// Nats-Msg-Id "<run_id>:<seq>" (MsgID), Foundryq-Type and
+// Foundryq-Upstream-Seq; NewEventMsg builds such a message.
+//
+// # Cancel
+//
+// A cancel is a core NATS request on the cancel subject with an optional
+// body {"reason": "..."}; the reply is {run_id, result, upstream_status?,
+// terminal?} with result cancelling, cancelled, already_finished or
+// not_found. Cancel is idempotent. Client.Cancel also covers the case where
+// no worker runs at all: it records the cancel in the state bucket, where
+// the next worker to take the run finds it.
+//
+// # Provisioning and clients
+//
+// Workers call Provision at start (idempotent, safe concurrently). Client
+// offers Submit, Cancel, Watch and State; StateStore gives compare-and-set
+// access to run states for workers and tools.
+package events

@@ -1,0 +1,81 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidRequest is matched (errors.Is) by every *ValidationError.
+var ErrInvalidRequest = errors.New("invalid run request")
+
+// Validation rule sentinels. A *ValidationError wraps exactly one of them,
+// so errors.Is(err, ErrBadRunID) tells which rule failed.
+var (
+	ErrMalformed             = errors.New("malformed JSON")
+	ErrUnknownField          = errors.New("unknown field")
+	ErrBadRunID              = errors.New("bad run_id")
+	ErrModelOrAgent          = errors.New("exactly one of model or agent is required")
+	ErrBadModel              = errors.New("bad model")
+	ErrBadAgent              = errors.New("bad agent")
+	ErrNoInput               = errors.New("input is required")
+	ErrBadInput              = errors.New("bad input")
+	ErrBadTools              = errors.New("bad tools")
+	ErrBadMetadata           = errors.New("bad metadata")
+	ErrBadMaxOutputTokens    = errors.New("bad max_output_tokens")
+	ErrBadTimeout            = errors.New("bad timeout_seconds")
+	ErrBadCancelOnDisconnect = errors.New("bad cancel_on_disconnect_seconds")
+	ErrBadOptions            = errors.New("bad options")
+	ErrBadCancelReason       = errors.New("bad cancel reason")
+)
+
+// ValidationError says which field of a request is wrong and why. Err is
+// the rule sentinel (ErrBadRunID, ErrNoInput, ...); errors.Is also matches
+// ErrInvalidRequest.
+type ValidationError struct {
+	Field  string // JSON path of the field, e.g. "metadata.run_id", "tools[1].type"; "body" for the whole document
+	Reason string // what is wrong, in words
+	Err    error  // the rule sentinel
+}
+
+// Error returns "invalid run request: <field>: <reason>".
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("invalid run request: %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap returns the rule sentinel.
+func (e *ValidationError) Unwrap() error { return e.Err }
+
+// Is matches ErrInvalidRequest.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidRequest }
+
+func invalid(field string, sentinel error, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...), Err: sentinel}
+}
+
+// Client errors.
+var (
+	// ErrAlreadyQueued: a request with this run id is waiting in the runs
+	// stream; the new one was refused (nothing was stored).
+	ErrAlreadyQueued = errors.New("run already queued")
+	// ErrDuplicateSubmit: JetStream saw this run id within its dedupe window
+	// (the run was submitted recently and has been taken by a worker since);
+	// the publish was acknowledged and ignored.
+	ErrDuplicateSubmit = errors.New("duplicate submit of run id")
+	// ErrStateNotFound: the KV bucket holds no state for the run.
+	ErrStateNotFound = errors.New("run state not found")
+	// ErrStateExists: Create found a state already stored for the run.
+	ErrStateExists = errors.New("run state already exists")
+	// ErrStateConflict: Update or Upsert lost the compare-and-set race too many times.
+	ErrStateConflict = errors.New("run state update conflict")
+	// ErrCancelFailed: the worker that answered a cancel reported an error.
+	ErrCancelFailed = errors.New("cancel failed")
+	// ErrBadEvent: an event message could not be decoded.
+	ErrBadEvent = errors.New("bad run event")
+	// ErrSeqGap: a watch saw a run event whose seq is not the next one.
+	ErrSeqGap = errors.New("gap in run event sequence")
+	// ErrEventsUnavailable: the run finished but its events are no longer
+	// in the events stream (expired by MaxAge).
+	ErrEventsUnavailable = errors.New("run finished but its events have expired")
+	// ErrWatchClosed: Next was called on a closed Watch.
+	ErrWatchClosed = errors.New("watch closed")
+)

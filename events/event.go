@@ -1,0 +1,158 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EventType is the "type" of a RunEvent.
+type EventType string
+
+// Event types of the v1 contract.
+const (
+	TypeRunStarted    EventType = "run.started"    // response_id, attempt, worker
+	TypeTextDelta     EventType = "text.delta"     // text
+	TypeToolStarted   EventType = "tool.started"   // tool
+	TypeToolCompleted EventType = "tool.completed" // tool
+	TypeToolFailed    EventType = "tool.failed"    // tool, error
+	TypeRunCompleted  EventType = "run.completed"  // response_id, status, incomplete_reason?, usage (terminal)
+	TypeRunFailed     EventType = "run.failed"     // error (terminal)
+	TypeRunCancelled  EventType = "run.cancelled"  // reason, upstream_status, usage or usage_unknown (terminal)
+)
+
+// Terminal reports whether t ends a run (run.completed, run.failed, run.cancelled).
+func (t EventType) Terminal() bool {
+	return t == TypeRunCompleted || t == TypeRunFailed || t == TypeRunCancelled
+}
+
+// Known reports whether t is one of the v1 event types.
+func (t EventType) Known() bool {
+	switch t {
+	case TypeRunStarted, TypeTextDelta, TypeToolStarted, TypeToolCompleted, TypeToolFailed,
+		TypeRunCompleted, TypeRunFailed, TypeRunCancelled:
+		return true
+	}
+	return false
+}
+
+// Cancel reasons carried by run.cancelled (and by CancelRecord).
+const (
+	ReasonRequested = "requested" // a cancel request
+	ReasonTimeout   = "timeout"   // timeout_seconds (or the worker default) passed
+	ReasonAbandoned = "abandoned" // no watcher heartbeat for cancel_on_disconnect_seconds
+)
+
+// Error codes used in run.failed events.
+const (
+	CodeInvalidRequest = "invalid_request" // the request broke a validation rule; error.message names the field
+)
+
+// Tool describes the tool call of a tool.* event.
+type Tool struct {
+	Type        string `json:"type"` // e.g. "mcp_call", "function_call"
+	Name        string `json:"name,omitempty"`
+	ServerLabel string `json:"server_label,omitempty"`
+	CallID      string `json:"call_id,omitempty"`
+}
+
+// Error is the error of a run.failed or tool.failed event.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Usage is the token usage reported by Foundry.
+type Usage struct {
+	InputTokens     int64 `json:"input_tokens"`
+	OutputTokens    int64 `json:"output_tokens"`
+	TotalTokens     int64 `json:"total_tokens"`
+	CachedTokens    int64 `json:"cached_tokens,omitempty"`
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
+}
+
+// RunEvent is the JSON body of each message on <prefix>.events.<run_id>.
+// Seq is 1, 2, 3, ... contiguous per run and never repeated.
+type RunEvent struct {
+	RunID string    `json:"run_id"`
+	Seq   uint64    `json:"seq"`
+	Type  EventType `json:"type"`
+	Time  time.Time `json:"time"`
+
+	ResponseID       string `json:"response_id,omitempty"`       // run.started, run.completed
+	Attempt          int    `json:"attempt,omitempty"`           // run.started
+	Worker           string `json:"worker,omitempty"`            // run.started
+	Text             string `json:"text,omitempty"`              // text.delta
+	Tool             *Tool  `json:"tool,omitempty"`              // tool.*
+	Error            *Error `json:"error,omitempty"`             // run.failed, tool.failed
+	Status           string `json:"status,omitempty"`            // run.completed: completed | incomplete
+	IncompleteReason string `json:"incomplete_reason,omitempty"` // run.completed with status incomplete
+	Usage            *Usage `json:"usage,omitempty"`             // run.completed, run.cancelled
+	Reason           string `json:"reason,omitempty"`            // run.cancelled: requested | timeout | abandoned
+	UpstreamStatus   string `json:"upstream_status,omitempty"`   // run.cancelled: Foundry's status after the cancel
+	UsageUnknown     bool   `json:"usage_unknown,omitempty"`     // run.cancelled without usage
+}
+
+// Header names on event messages (besides jetstream.MsgIDHeader, which
+// carries MsgID(run_id, seq)).
+const (
+	HeaderType        = "Foundryq-Type"         // the event type
+	HeaderUpstreamSeq = "Foundryq-Upstream-Seq" // last upstream sequence_number covered by the event
+)
+
+// MsgID is the Nats-Msg-Id of a run's event number seq: "<run_id>:<seq>".
+func MsgID(runID string, seq uint64) string {
+	return runID + ":" + strconv.FormatUint(seq, 10)
+}
+
+// NewEventMsg builds the message for ev on its event subject, with the
+// headers every event carries: Nats-Msg-Id, Foundryq-Type and, when
+// upstreamSeq >= 0, Foundryq-Upstream-Seq.
+func NewEventMsg(n Names, ev RunEvent, upstreamSeq int64) (*nats.Msg, error) {
+	if !ValidRunID(ev.RunID) {
+		return nil, fmt.Errorf("events: event run id %q: %w", ev.RunID, ErrBadRunID)
+	}
+	if ev.Seq == 0 {
+		return nil, fmt.Errorf("events: event for run %s: seq must start at 1", ev.RunID)
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("events: encode event %s: %w", MsgID(ev.RunID, ev.Seq), err)
+	}
+	m := nats.NewMsg(n.EventSubject(ev.RunID))
+	m.Data = data
+	m.Header.Set(jetstream.MsgIDHeader, MsgID(ev.RunID, ev.Seq))
+	m.Header.Set(HeaderType, string(ev.Type))
+	if upstreamSeq >= 0 {
+		m.Header.Set(HeaderUpstreamSeq, strconv.FormatInt(upstreamSeq, 10))
+	}
+	return m, nil
+}
+
+// DecodeRunEvent decodes an event body. Unknown fields are ignored (the
+// contract grows additively); a missing run_id, seq or type is an error
+// wrapping ErrBadEvent.
+func DecodeRunEvent(data []byte) (RunEvent, error) {
+	var ev RunEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return RunEvent{}, fmt.Errorf("%w: %v", ErrBadEvent, err)
+	}
+	if ev.RunID == "" || ev.Seq == 0 || ev.Type == "" {
+		return ev, fmt.Errorf("%w: run_id, seq and type are required", ErrBadEvent)
+	}
+	return ev, nil
+}
+
+// UpstreamSeq returns the Foundryq-Upstream-Seq header of an event message.
+func UpstreamSeq(h nats.Header) (int64, bool) {
+	v := h.Get(HeaderUpstreamSeq)
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil
+}

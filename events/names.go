@@ -1,0 +1,139 @@
+package events
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix used when none is configured.
+const DefaultPrefix = "foundryq"
+
+// Per-run subject kinds: the token after the prefix.
+const (
+	kindRuns   = "runs"
+	kindEvents = "events"
+	kindCancel = "cancel"
+	kindWatch  = "watch"
+	kindDead   = "dead"
+)
+
+// Names derives every subject and JetStream name from a prefix. The zero
+// value uses DefaultPrefix.
+//
+// With prefix "foundryq": subjects foundryq.{runs,events,cancel,watch,dead}.<run_id>,
+// streams FOUNDRYQ_RUNS, FOUNDRYQ_EVENTS, FOUNDRYQ_DEAD, KV bucket
+// foundryq-runs and durable consumer foundryq-workers. A prefix with several
+// tokens ("acme.foundryq") gives ACME_FOUNDRYQ_RUNS, acme_foundryq-runs, etc.
+type Names struct{ Prefix string }
+
+// NewNames returns the Names for prefix ("" means DefaultPrefix). Each
+// dot-separated token of the prefix must match [A-Za-z0-9_-]+.
+func NewNames(prefix string) (Names, error) {
+	if prefix == "" {
+		return Names{Prefix: DefaultPrefix}, nil
+	}
+	for _, tok := range strings.Split(prefix, ".") {
+		if tok == "" || !validToken(tok) {
+			return Names{}, fmt.Errorf("events: subject prefix %q: each dot-separated token must match [A-Za-z0-9_-]+", prefix)
+		}
+	}
+	return Names{Prefix: prefix}, nil
+}
+
+func (n Names) prefix() string {
+	if n.Prefix == "" {
+		return DefaultPrefix
+	}
+	return n.Prefix
+}
+
+func (n Names) subject(kind, runID string) string { return n.prefix() + "." + kind + "." + runID }
+
+// RunSubject is the subject a run request is published on: <prefix>.runs.<id>.
+func (n Names) RunSubject(runID string) string { return n.subject(kindRuns, runID) }
+
+// EventSubject is the subject of a run's events: <prefix>.events.<id>.
+func (n Names) EventSubject(runID string) string { return n.subject(kindEvents, runID) }
+
+// CancelSubject is the core NATS request subject for cancelling a run: <prefix>.cancel.<id>.
+func (n Names) CancelSubject(runID string) string { return n.subject(kindCancel, runID) }
+
+// WatchSubject is the core NATS subject watcher heartbeats go to: <prefix>.watch.<id>.
+func (n Names) WatchSubject(runID string) string { return n.subject(kindWatch, runID) }
+
+// DeadSubject is the subject of a run's dead letter: <prefix>.dead.<id>.
+func (n Names) DeadSubject(runID string) string { return n.subject(kindDead, runID) }
+
+// RunsWildcard, EventsWildcard, CancelWildcard, WatchWildcard and
+// DeadWildcard match the subject of every run of their kind.
+func (n Names) RunsWildcard() string   { return n.subject(kindRuns, "*") }
+func (n Names) EventsWildcard() string { return n.subject(kindEvents, "*") }
+func (n Names) CancelWildcard() string { return n.subject(kindCancel, "*") }
+func (n Names) WatchWildcard() string  { return n.subject(kindWatch, "*") }
+func (n Names) DeadWildcard() string   { return n.subject(kindDead, "*") }
+
+func (n Names) upper() string { return strings.ToUpper(strings.ReplaceAll(n.prefix(), ".", "_")) }
+func (n Names) lower() string { return strings.ReplaceAll(n.prefix(), ".", "_") }
+
+// RunsStream is the work-queue stream of run requests (FOUNDRYQ_RUNS).
+func (n Names) RunsStream() string { return n.upper() + "_RUNS" }
+
+// EventsStream is the stream of run events (FOUNDRYQ_EVENTS).
+func (n Names) EventsStream() string { return n.upper() + "_EVENTS" }
+
+// DeadStream is the stream of dead letters (FOUNDRYQ_DEAD).
+func (n Names) DeadStream() string { return n.upper() + "_DEAD" }
+
+// Bucket is the KV bucket of run states (foundryq-runs).
+func (n Names) Bucket() string { return n.lower() + "-runs" }
+
+// Consumer is the durable pull consumer the workers share (foundryq-workers).
+func (n Names) Consumer() string { return n.lower() + "-workers" }
+
+// WorkerQueueGroup is the queue group workers use to answer cancel
+// requests, so that exactly one worker answers each (foundryq-workers).
+func (n Names) WorkerQueueGroup() string { return n.Consumer() }
+
+// RunIDFromSubject returns the run id of any per-run subject (runs, events,
+// cancel, watch, dead) under this prefix, and false if subject is not one or
+// the id is not a valid run id.
+func (n Names) RunIDFromSubject(subject string) (string, bool) {
+	p := n.prefix() + "."
+	rest, ok := strings.CutPrefix(subject, p)
+	if !ok {
+		return "", false
+	}
+	kind, id, ok := strings.Cut(rest, ".")
+	if !ok {
+		return "", false
+	}
+	switch kind {
+	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead:
+	default:
+		return "", false
+	}
+	if !ValidRunID(id) {
+		return "", false
+	}
+	return id, true
+}
+
+// MaxRunIDLen is the longest valid run id.
+const MaxRunIDLen = 64
+
+// ValidRunID reports whether id matches [A-Za-z0-9_-]{1,64}.
+func ValidRunID(id string) bool {
+	return len(id) >= 1 && len(id) <= MaxRunIDLen && validToken(id)
+}
+
+func validToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,269 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ProvisionConfig sets the JetStream resources Provision creates. Zero
+// fields take the defaults noted on each.
+type ProvisionConfig struct {
+	// Replicas of every stream, consumer and the KV bucket (1..5). Default 1.
+	Replicas int
+	// EventsMaxAge is how long events are kept (FOUNDRYQ_EVENTS MaxAge). Default 24h.
+	EventsMaxAge time.Duration
+	// EventsDuplicates is the events stream's Nats-Msg-Id dedupe window.
+	// Default 2m (capped at EventsMaxAge). A worker retrying a publish within
+	// it never stores an event twice.
+	EventsDuplicates time.Duration
+	// Duplicates is the runs stream's dedupe window on Nats-Msg-Id = run id.
+	// Default and minimum 10m (the wire contract).
+	Duplicates time.Duration
+	// AckWait of the worker consumer: how long a job may go without an ack
+	// or InProgress before it is redelivered. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver of the worker consumer (deliveries per job, -1 unlimited). Default 10.
+	MaxDeliver int
+	// MaxAckPending of the worker consumer: jobs in flight across all
+	// workers (-1 unlimited). Default 10000.
+	MaxAckPending int
+	// StateTTL is how long a run state lives in the KV bucket after its last
+	// write (bucket TTL). Default 7 days.
+	StateTTL time.Duration
+	// DeadMaxAge is how long dead letters are kept. Default 30 days.
+	DeadMaxAge time.Duration
+}
+
+// Provision defaults.
+const (
+	DefaultEventsMaxAge     = 24 * time.Hour
+	DefaultEventsDuplicates = 2 * time.Minute
+	DefaultDuplicates       = 10 * time.Minute
+	DefaultAckWait          = 30 * time.Second
+	DefaultMaxDeliver       = 10
+	DefaultMaxAckPending    = 10000
+	DefaultStateTTL         = 7 * 24 * time.Hour
+	DefaultDeadMaxAge       = 30 * 24 * time.Hour
+)
+
+func (c ProvisionConfig) withDefaults() ProvisionConfig {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.EventsMaxAge == 0 {
+		c.EventsMaxAge = DefaultEventsMaxAge
+	}
+	if c.EventsDuplicates == 0 {
+		c.EventsDuplicates = min(DefaultEventsDuplicates, c.EventsMaxAge)
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = DefaultDuplicates
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = DefaultMaxAckPending
+	}
+	if c.StateTTL == 0 {
+		c.StateTTL = DefaultStateTTL
+	}
+	if c.DeadMaxAge == 0 {
+		c.DeadMaxAge = DefaultDeadMaxAge
+	}
+	return c
+}
+
+func (c ProvisionConfig) validate() error {
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("events: provision: Replicas %d must be between 1 and 5", c.Replicas)
+	case c.EventsMaxAge < time.Second:
+		return fmt.Errorf("events: provision: EventsMaxAge %s must be at least 1s", c.EventsMaxAge)
+	case c.EventsDuplicates < 100*time.Millisecond || c.EventsDuplicates > c.EventsMaxAge:
+		return fmt.Errorf("events: provision: EventsDuplicates %s must be between 100ms and EventsMaxAge (%s)", c.EventsDuplicates, c.EventsMaxAge)
+	case c.Duplicates < DefaultDuplicates:
+		return fmt.Errorf("events: provision: Duplicates %s must be at least %s", c.Duplicates, DefaultDuplicates)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("events: provision: AckWait %s must be at least 1s", c.AckWait)
+	case c.MaxDeliver < -1:
+		return fmt.Errorf("events: provision: MaxDeliver %d must be -1 (unlimited) or positive", c.MaxDeliver)
+	case c.MaxAckPending < -1:
+		return fmt.Errorf("events: provision: MaxAckPending %d must be -1 (unlimited) or positive", c.MaxAckPending)
+	case c.StateTTL < time.Second:
+		return fmt.Errorf("events: provision: StateTTL %s must be at least 1s", c.StateTTL)
+	case c.DeadMaxAge < time.Second:
+		return fmt.Errorf("events: provision: DeadMaxAge %s must be at least 1s", c.DeadMaxAge)
+	}
+	return nil
+}
+
+// Resources are the JetStream objects foundryq runs on.
+type Resources struct {
+	Runs, Events, Dead jetstream.Stream
+	Consumer           jetstream.Consumer
+	State              jetstream.KeyValue
+}
+
+// RunsStreamConfig, EventsStreamConfig, DeadStreamConfig, ConsumerConfig
+// and StateBucketConfig return the exact configurations Provision applies
+// (after defaults), for inspection and for deploy tooling.
+func RunsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	return jetstream.StreamConfig{
+		Name:                 n.RunsStream(),
+		Description:          "foundryq run requests (work queue, one per run id)",
+		Subjects:             []string{n.RunsWildcard()},
+		Retention:            jetstream.WorkQueuePolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             cfg.Replicas,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Duplicates:           cfg.Duplicates,
+	}
+}
+
+// EventsStreamConfig: see RunsStreamConfig.
+func EventsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        n.EventsStream(),
+		Description: "foundryq run events (tokens and lifecycle)",
+		Subjects:    []string{n.EventsWildcard()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.EventsMaxAge,
+		Duplicates:  cfg.EventsDuplicates,
+		AllowDirect: true,
+	}
+}
+
+// DeadStreamConfig: see RunsStreamConfig.
+func DeadStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        n.DeadStream(),
+		Description: "foundryq dead letters: requests that could never run",
+		Subjects:    []string{n.DeadWildcard()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.DeadMaxAge,
+		AllowDirect: true,
+	}
+}
+
+// ConsumerConfig: see RunsStreamConfig. No InactiveThreshold (a durable
+// work consumer must never be removed) and no BackOff (it would replace
+// AckWait).
+func ConsumerConfig(n Names, cfg ProvisionConfig) jetstream.ConsumerConfig {
+	cfg = cfg.withDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:       n.Consumer(),
+		Description:   "foundryq workers",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		FilterSubject: n.RunsWildcard(),
+		Replicas:      cfg.Replicas,
+	}
+}
+
+// StateBucketConfig: see RunsStreamConfig.
+func StateBucketConfig(n Names, cfg ProvisionConfig) jetstream.KeyValueConfig {
+	cfg = cfg.withDefaults()
+	return jetstream.KeyValueConfig{
+		Bucket:      n.Bucket(),
+		Description: "foundryq run states",
+		History:     1,
+		TTL:         cfg.StateTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}
+}
+
+// provisionAttempts bounds the retries of one create-or-update when
+// another process creates the same resource concurrently.
+const provisionAttempts = 8
+
+// Provision creates or updates the runs, events and dead-letter streams,
+// the durable worker consumer and the state bucket. It is idempotent and
+// safe to run from many workers at once at start. An existing resource
+// whose configuration cannot be changed in place (e.g. the runs stream's
+// retention) makes it fail with the server's error.
+func Provision(ctx context.Context, js jetstream.JetStream, n Names, cfg ProvisionConfig) (Resources, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return Resources{}, err
+	}
+	var res Resources
+	var err error
+	if res.Runs, err = upsertStream(ctx, js, RunsStreamConfig(n, cfg)); err != nil {
+		return Resources{}, err
+	}
+	if res.Events, err = upsertStream(ctx, js, EventsStreamConfig(n, cfg)); err != nil {
+		return Resources{}, err
+	}
+	if res.Dead, err = upsertStream(ctx, js, DeadStreamConfig(n, cfg)); err != nil {
+		return Resources{}, err
+	}
+	ccfg := ConsumerConfig(n, cfg)
+	if res.Consumer, err = retryProvision(ctx, "consumer "+ccfg.Durable, func() (jetstream.Consumer, error) {
+		return res.Runs.CreateOrUpdateConsumer(ctx, ccfg)
+	}); err != nil {
+		return Resources{}, err
+	}
+	kcfg := StateBucketConfig(n, cfg)
+	if res.State, err = retryProvision(ctx, "bucket "+kcfg.Bucket, func() (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, kcfg)
+	}); err != nil {
+		return Resources{}, err
+	}
+	return res, nil
+}
+
+func upsertStream(ctx context.Context, js jetstream.JetStream, scfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	return retryProvision(ctx, "stream "+scfg.Name, func() (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, scfg)
+	})
+}
+
+// retryProvision retries fn while the error says a concurrent provisioner
+// created or changed the resource between our look-up and our write.
+func retryProvision[T any](ctx context.Context, what string, fn func() (T, error)) (T, error) {
+	var zero T
+	var err error
+	for attempt := 0; attempt < provisionAttempts; attempt++ {
+		var v T
+		v, err = fn()
+		if err == nil {
+			return v, nil
+		}
+		if !isProvisionRace(err) {
+			break
+		}
+		if serr := sleepCtx(ctx, time.Duration(attempt+1)*10*time.Millisecond); serr != nil {
+			err = serr
+			break
+		}
+	}
+	return zero, fmt.Errorf("events: provision %s: %w", what, err)
+}
+
+func isProvisionRace(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerExists) ||
+		errors.Is(err, jetstream.ErrConsumerDoesNotExist)
+}

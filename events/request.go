@@ -1,0 +1,413 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits enforced by Validate.
+const (
+	MaxMetadataKeys      = 15  // user keys; Foundry allows 16 and foundryq adds run_id
+	MaxMetadataKeyLen    = 64  // characters
+	MaxMetadataValueLen  = 512 // characters
+	MetadataRunIDKey     = "run_id"
+	MinMaxOutputTokens   = 16
+	MaxTimeoutSeconds    = 86400
+	MaxNameLen           = 256 // model deployment names, agent names and versions
+	MaxCancelReasonLen   = 512
+	maxReportedFieldRune = 64
+)
+
+// ReservedOptions are the Responses fields foundryq sets itself; options
+// may not carry them. "agent" and "stream_options" are reserved besides
+// the fields of the request because the agent reference field name is
+// configurable and the worker owns how the stream is shaped.
+var ReservedOptions = []string{
+	"agent", "agent_reference", "background", "input", "instructions", "max_output_tokens",
+	"metadata", "model", "store", "stream", "stream_options", "tools",
+}
+
+var reservedOptions = func() map[string]bool {
+	m := make(map[string]bool, len(ReservedOptions))
+	for _, k := range ReservedOptions {
+		m[k] = true
+	}
+	return m
+}()
+
+// AgentRef references a Foundry agent by name and optional version.
+type AgentRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+}
+
+// RunRequest is the JSON body published on <prefix>.runs.<run_id>.
+type RunRequest struct {
+	// RunID names the run; it must match [A-Za-z0-9_-]{1,64} and equal the subject's last token.
+	RunID string `json:"run_id"`
+	// Model is a deployment name. Exactly one of Model and Agent is set.
+	Model string `json:"model,omitempty"`
+	// Agent references a Foundry agent. Exactly one of Model and Agent is set.
+	Agent *AgentRef `json:"agent,omitempty"`
+	// Input is a non-empty JSON string or a non-empty array of Responses input items (objects).
+	Input json.RawMessage `json:"input"`
+	// Instructions is the system/developer message.
+	Instructions string `json:"instructions,omitempty"`
+	// Tools are Responses tools passed through; each is an object with a string "type".
+	Tools []json.RawMessage `json:"tools,omitempty"`
+	// Metadata is forwarded to Foundry with run_id added (at most 15 keys; run_id is reserved).
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// MaxOutputTokens is 0 (no limit) or at least 16.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+	// TimeoutSeconds is the run deadline (0 = the worker default; at most 86400);
+	// on expiry the worker cancels server-side with reason "timeout".
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// CancelOnDisconnectSeconds, if > 0, cancels the run server-side (reason
+	// "abandoned") when no watcher heartbeat arrived for that long (at most 86400).
+	CancelOnDisconnectSeconds int `json:"cancel_on_disconnect_seconds,omitempty"`
+	// Options are raw Responses fields merged into the request body
+	// (e.g. temperature, reasoning); keys in ReservedOptions are refused.
+	Options map[string]json.RawMessage `json:"options,omitempty"`
+}
+
+// DecodeRunRequest decodes and validates a run request. Unknown fields,
+// trailing data and wrong JSON types are refused. Every error is a
+// *ValidationError (errors.Is(err, ErrInvalidRequest)). Raw JSON fields
+// (input, tools, options) are returned compacted.
+func DecodeRunRequest(data []byte) (RunRequest, error) {
+	var r RunRequest
+	if err := decodeStrict(data, &r, requestFieldSentinels); err != nil {
+		return RunRequest{}, err
+	}
+	r.compact()
+	if err := r.Validate(); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// DecodeRunMsg decodes a run request received on subject and checks that
+// its run_id equals the subject's run id. On error the returned request
+// holds whatever could be decoded; use n.RunIDFromSubject for the run id.
+func DecodeRunMsg(subject string, data []byte, n Names) (RunRequest, error) {
+	id, ok := n.RunIDFromSubject(subject)
+	if !ok || subject != n.RunSubject(id) {
+		return RunRequest{}, invalid("run_id", ErrBadRunID, "subject %q is not a run subject under prefix %q", subject, n.prefix())
+	}
+	r, err := DecodeRunRequest(data)
+	if err != nil {
+		return r, err
+	}
+	if r.RunID != id {
+		return r, invalid("run_id", ErrBadRunID, "%q does not equal the subject's run id %q", r.RunID, id)
+	}
+	return r, nil
+}
+
+var requestFieldSentinels = map[string]error{
+	"run_id":                       ErrBadRunID,
+	"model":                        ErrBadModel,
+	"agent":                        ErrBadAgent,
+	"agent.name":                   ErrBadAgent,
+	"agent.version":                ErrBadAgent,
+	"input":                        ErrBadInput,
+	"instructions":                 ErrMalformed,
+	"tools":                        ErrBadTools,
+	"metadata":                     ErrBadMetadata,
+	"max_output_tokens":            ErrBadMaxOutputTokens,
+	"timeout_seconds":              ErrBadTimeout,
+	"cancel_on_disconnect_seconds": ErrBadCancelOnDisconnect,
+	"options":                      ErrBadOptions,
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields and
+// trailing data, and turns decoder errors into *ValidationError.
+func decodeStrict(data []byte, v any, sentinels map[string]error) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, sentinels)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("body", ErrMalformed, "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func decodeError(err error, sentinels map[string]error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid("body", ErrMalformed, "empty body, want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("body", ErrMalformed, "truncated JSON")
+	case errors.As(err, &syn):
+		return invalid("body", ErrMalformed, "malformed JSON at offset %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return invalid("body", ErrMalformed, "want a JSON object, got %s", typ.Value)
+		}
+		sentinel := ErrMalformed
+		top, _, _ := strings.Cut(field, ".")
+		if s, ok := sentinels[field]; ok {
+			sentinel = s
+		} else if s, ok := sentinels[top]; ok {
+			sentinel = s
+		}
+		return invalid(field, sentinel, "wrong JSON type: got %s, want %s", typ.Value, jsonTypeName(typ.Type.Kind().String()))
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return invalid(name, ErrUnknownField, "unknown field %q (not part of the v1 contract)", truncate(name))
+	}
+	return invalid("body", ErrMalformed, "%s", strings.TrimPrefix(msg, "json: "))
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "string"
+	case "int", "int64", "uint64", "int32":
+		return "integer"
+	case "map", "struct", "ptr":
+		return "object"
+	case "slice", "array":
+		return "array"
+	case "bool":
+		return "boolean"
+	}
+	return kind
+}
+
+// compact rewrites the raw JSON fields in compact form.
+func (r *RunRequest) compact() {
+	r.Input = compactRaw(r.Input)
+	for i := range r.Tools {
+		r.Tools[i] = compactRaw(r.Tools[i])
+	}
+	for k, v := range r.Options {
+		r.Options[k] = compactRaw(v)
+	}
+}
+
+func compactRaw(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 {
+		return m
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, m); err != nil {
+		return m
+	}
+	return json.RawMessage(b.Bytes())
+}
+
+// Validate checks every rule of the v1 contract and returns the first
+// violation as a *ValidationError.
+func (r RunRequest) Validate() error {
+	if r.RunID == "" {
+		return invalid("run_id", ErrBadRunID, "required")
+	}
+	if !ValidRunID(r.RunID) {
+		return invalid("run_id", ErrBadRunID, "%q must match [A-Za-z0-9_-]{1,64}", truncate(r.RunID))
+	}
+	switch {
+	case r.Model != "" && r.Agent != nil:
+		return invalid("model", ErrModelOrAgent, "set exactly one of model or agent, not both")
+	case r.Model == "" && r.Agent == nil:
+		return invalid("model", ErrModelOrAgent, "set exactly one of model (a deployment name) or agent {name, version?}")
+	case r.Model != "":
+		if reason := checkName(r.Model, true); reason != "" {
+			return invalid("model", ErrBadModel, "%s", reason)
+		}
+	default:
+		if reason := checkName(r.Agent.Name, true); reason != "" {
+			return invalid("agent.name", ErrBadAgent, "%s", reason)
+		}
+		if reason := checkName(r.Agent.Version, false); reason != "" {
+			return invalid("agent.version", ErrBadAgent, "%s", reason)
+		}
+	}
+	if err := validateInput(r.Input); err != nil {
+		return err
+	}
+	for i, t := range r.Tools {
+		if err := validateTool(i, t); err != nil {
+			return err
+		}
+	}
+	if err := validateMetadata(r.Metadata); err != nil {
+		return err
+	}
+	if r.MaxOutputTokens < 0 || (r.MaxOutputTokens > 0 && r.MaxOutputTokens < MinMaxOutputTokens) {
+		return invalid("max_output_tokens", ErrBadMaxOutputTokens, "%d must be 0 (no limit) or at least %d", r.MaxOutputTokens, MinMaxOutputTokens)
+	}
+	if r.TimeoutSeconds < 0 || r.TimeoutSeconds > MaxTimeoutSeconds {
+		return invalid("timeout_seconds", ErrBadTimeout, "%d must be between 0 (worker default) and %d", r.TimeoutSeconds, MaxTimeoutSeconds)
+	}
+	if r.CancelOnDisconnectSeconds < 0 || r.CancelOnDisconnectSeconds > MaxTimeoutSeconds {
+		return invalid("cancel_on_disconnect_seconds", ErrBadCancelOnDisconnect, "%d must be between 0 (off) and %d", r.CancelOnDisconnectSeconds, MaxTimeoutSeconds)
+	}
+	return validateOptions(r.Options)
+}
+
+// checkName checks model deployment names and agent names/versions:
+// printable, no whitespace, at most MaxNameLen bytes.
+func checkName(s string, required bool) string {
+	if s == "" {
+		if required {
+			return "required"
+		}
+		return ""
+	}
+	if len(s) > MaxNameLen {
+		return fmt.Sprintf("longer than %d bytes", MaxNameLen)
+	}
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8"
+	}
+	for _, c := range s {
+		if unicode.IsSpace(c) || !unicode.IsPrint(c) {
+			return fmt.Sprintf("%q contains whitespace or a control character", truncate(s))
+		}
+	}
+	return ""
+}
+
+func validateInput(in json.RawMessage) error {
+	trimmed := bytes.TrimSpace(in)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return invalid("input", ErrNoInput, "required: a non-empty string or a non-empty array of input items")
+	}
+	switch trimmed[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(trimmed, &s); err != nil {
+			return invalid("input", ErrBadInput, "not a valid JSON string")
+		}
+		if strings.TrimSpace(s) == "" {
+			return invalid("input", ErrNoInput, "the input string is empty")
+		}
+		return nil
+	case '[':
+		var items []json.RawMessage
+		if err := json.Unmarshal(trimmed, &items); err != nil {
+			return invalid("input", ErrBadInput, "not a valid JSON array")
+		}
+		if len(items) == 0 {
+			return invalid("input", ErrNoInput, "the input array is empty")
+		}
+		for i, it := range items {
+			if !isObject(it) {
+				return invalid(fmt.Sprintf("input[%d]", i), ErrBadInput, "each input item must be a JSON object")
+			}
+		}
+		return nil
+	}
+	return invalid("input", ErrBadInput, "must be a string or an array of input items, got %s", jsonKind(trimmed))
+}
+
+func validateTool(i int, t json.RawMessage) error {
+	field := fmt.Sprintf("tools[%d]", i)
+	if !isObject(t) {
+		return invalid(field, ErrBadTools, "each tool must be a JSON object, got %s", jsonKind(bytes.TrimSpace(t)))
+	}
+	var head struct {
+		Type json.RawMessage `json:"type"`
+	}
+	if err := json.Unmarshal(t, &head); err != nil {
+		return invalid(field, ErrBadTools, "not a valid JSON object")
+	}
+	var typ string
+	if len(head.Type) == 0 || json.Unmarshal(head.Type, &typ) != nil || strings.TrimSpace(typ) == "" {
+		return invalid(field+".type", ErrBadTools, "required: a non-empty string such as \"mcp\"")
+	}
+	return nil
+}
+
+func validateMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataKeys {
+		return invalid("metadata", ErrBadMetadata, "%d keys, at most %d allowed (foundryq adds %q)", len(md), MaxMetadataKeys, MetadataRunIDKey)
+	}
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		field := "metadata." + truncate(k)
+		switch {
+		case k == "":
+			return invalid("metadata", ErrBadMetadata, "empty key")
+		case k == MetadataRunIDKey:
+			return invalid(field, ErrBadMetadata, "key %q is reserved: foundryq sets it to the run id", MetadataRunIDKey)
+		case utf8.RuneCountInString(k) > MaxMetadataKeyLen:
+			return invalid(field, ErrBadMetadata, "key longer than %d characters", MaxMetadataKeyLen)
+		case utf8.RuneCountInString(md[k]) > MaxMetadataValueLen:
+			return invalid(field, ErrBadMetadata, "value longer than %d characters", MaxMetadataValueLen)
+		}
+	}
+	return nil
+}
+
+func validateOptions(opts map[string]json.RawMessage) error {
+	keys := make([]string, 0, len(opts))
+	for k := range opts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		field := "options." + truncate(k)
+		switch {
+		case k == "":
+			return invalid("options", ErrBadOptions, "empty key")
+		case reservedOptions[k]:
+			return invalid(field, ErrBadOptions, "%q is set by foundryq and cannot be overridden in options", k)
+		case !json.Valid(opts[k]):
+			return invalid(field, ErrBadOptions, "value is not valid JSON")
+		}
+	}
+	return nil
+}
+
+func isObject(m json.RawMessage) bool {
+	t := bytes.TrimSpace(m)
+	return len(t) > 0 && t[0] == '{' && json.Valid(t)
+}
+
+func jsonKind(t []byte) string {
+	if len(t) == 0 {
+		return "nothing"
+	}
+	switch t[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// truncate shortens user-supplied text quoted in error messages.
+func truncate(s string) string {
+	if utf8.RuneCountInString(s) <= maxReportedFieldRune {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxReportedFieldRune]) + "…"
+}
