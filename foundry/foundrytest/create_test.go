@@ -462,3 +462,23 @@ func TestForegroundDisconnect(t *testing.T) {
 		}
 	})
 }
+
+func TestToolFailureThenText(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	evs, err := createStream(t, srv, c, createBody("toolfail", true, true, map[string]string{KeyToolFail: "1", KeyTokens: "4"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs[7].Type != evMCPFailed {
+		t.Fatalf("event 7 is %s, want %s: %v", evs[7].Type, evMCPFailed, types(evs))
+	}
+	item := evs[8].Item
+	if item == nil || item.Status != statusFailed || item.Error == nil || item.Error.Message == "" || item.Output != nil {
+		t.Fatalf("failed mcp_call item: %s", evs[8].Raw)
+	}
+	last := evs[len(evs)-1]
+	if last.Type != evCompleted || strings.Count(last.Response.text(), " ") != 3 {
+		t.Fatalf("generation should go on after a failed tool call: %s", last.Raw)
+	}
+}

@@ -194,8 +194,7 @@ func (g *generator) toolCall(index int) bool {
 	if r.sc.toolFail {
 		typ = evMCPFailed
 		r.tool.Status = statusFailed
-		msg := toolFailedMessage
-		r.tool.Error = &msg
+		r.tool.Error = &mcpError{Type: "mcp_protocol_error", Code: -32603, Message: toolFailedMessage}
 	} else {
 		r.tool.Status = statusCompleted
 		out := fmt.Sprintf("Emulated result: %s %s %s.", word(r.seed, 1<<21), word(r.seed, 1<<21+1), word(r.seed, 1<<21+2))

@@ -181,7 +181,7 @@ type wireItem struct {
 	ServerLabel string       `json:"server_label"`
 	Arguments   string       `json:"arguments"`
 	Output      *string      `json:"output"`
-	Error       *string      `json:"error"`
+	Error       *mcpError    `json:"error"`
 	Content     []outputText `json:"content"`
 }
 

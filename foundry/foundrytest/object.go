@@ -55,15 +55,24 @@ type messageItem struct {
 
 // mcpCallItem is an output item of type "mcp_call".
 type mcpCallItem struct {
-	ID                string  `json:"id"`
-	Type              string  `json:"type"`
-	Name              string  `json:"name"`
-	ServerLabel       string  `json:"server_label"`
-	Arguments         string  `json:"arguments"`
-	Output            *string `json:"output"`
-	Error             *string `json:"error"`
-	Status            string  `json:"status"`
-	ApprovalRequestID *string `json:"approval_request_id"`
+	ID                string    `json:"id"`
+	Type              string    `json:"type"`
+	Name              string    `json:"name"`
+	ServerLabel       string    `json:"server_label"`
+	Arguments         string    `json:"arguments"`
+	Output            *string   `json:"output"`
+	Error             *mcpError `json:"error"`
+	Status            string    `json:"status"`
+	ApprovalRequestID *string   `json:"approval_request_id"`
+}
+
+// mcpError is mcp_call.error in the object form of the current spec
+// (McpToolCallErrorUnion: mcp_protocol_error | mcp_tool_execution_error |
+// http_error); the emulator sends an mcp_protocol_error.
+type mcpError struct {
+	Type    string `json:"type"`
+	Code    int    `json:"code"`
+	Message string `json:"message"`
 }
 
 // responseObject is the Response object returned by create, get, cancel

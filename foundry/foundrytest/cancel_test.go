@@ -1,0 +1,157 @@
+package foundrytest
+
+import (
+	"net/http"
+	"testing"
+)
+
+func cancelResp(t *testing.T, srv *Server, c *http.Client, id string, status int) wireResponse {
+	t.Helper()
+	var r wireResponse
+	readJSON(t, do(t, testCtx(t), c, "POST", srv.BaseURL()+"responses/"+id+"/cancel", nil), status, &r)
+	return r
+}
+
+// openUntil opens a create stream and reads until stop says so; it returns
+// the reader and the events read.
+func openUntil(t *testing.T, srv *Server, c *http.Client, body any, stop func(wireEvent) bool) (*sseReader, *http.Response, []wireEvent) {
+	t.Helper()
+	resp := do(t, testCtx(t), c, "POST", srv.BaseURL()+"responses", body)
+	s := newSSEReader(resp.Body)
+	var evs []wireEvent
+	for {
+		ev, err := s.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+		if stop(ev) {
+			return s, resp, evs
+		}
+	}
+}
+
+func TestCancelDuringText(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	n := 0
+	_, resp, evs := openUntil(t, srv, c, createBody("cancel-text", true, true, map[string]string{KeyTokens: "100000", KeyTokenMS: "2"}),
+		func(ev wireEvent) bool {
+			if ev.Type == evTextDelta {
+				n++
+			}
+			return n == 3
+		})
+	id := evs[0].Response.ID
+	got := cancelResp(t, srv, c, id, http.StatusOK)
+	if got.Status != statusCancelled || got.Usage == nil {
+		t.Fatalf("cancel: %+v", got)
+	}
+	checkUsage(t, got.Usage, got.Usage.OutputTokens)
+
+	// The follower sees the events emitted before the cancel, then a clean
+	// end with no terminal event.
+	rest, err := readAll(t, resp.Body)
+	if err != nil {
+		t.Fatalf("stream after cancel ended with %v", err)
+	}
+	all := append(evs, rest...)
+	checkSeq(t, all, 0)
+	if last := all[len(all)-1]; last.Type != evTextDelta {
+		t.Fatalf("last event %s, want a delta (no terminal event after a cancel)", last.Type)
+	}
+	if deltas(all) != got.text() || got.Usage.OutputTokens != len(all)-5 {
+		t.Fatalf("cancel object text %q, usage %d; stream %q (%d events)", got.text(), got.Usage.OutputTokens, deltas(all), len(all))
+	}
+	if got.Output[0].Status != statusIncomplete {
+		t.Fatalf("message item status %q", got.Output[0].Status)
+	}
+
+	again := cancelResp(t, srv, c, id, http.StatusOK)
+	if again.Status != statusCancelled || again.Usage.OutputTokens != got.Usage.OutputTokens {
+		t.Fatalf("second cancel changed the object: %+v", again)
+	}
+	waitFor(t, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
+	rec := record(t, srv, id)
+	st := srv.Stats()
+	if rec.Tokens != got.Usage.OutputTokens || st.TokensAfterCancel != 0 || st.CancelsReceived != 2 || st.ResponsesCancelled != 1 ||
+		st.Statuses[id] != statusCancelled || rec.CancelledAt.IsZero() {
+		t.Fatalf("record %+v stats %+v", rec, st)
+	}
+}
+
+func TestCancelAbortsToolCall(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	_, resp, evs := openUntil(t, srv, c, createBody("cancel-tool", true, true, map[string]string{KeyToolMS: "600000"}),
+		func(ev wireEvent) bool { return ev.Type == evMCPArgsDone })
+	defer resp.Body.Close()
+	got := cancelResp(t, srv, c, evs[0].Response.ID, http.StatusOK)
+	if got.Status != statusCancelled || len(got.Output) != 1 || got.Output[0].Status != statusIncomplete || got.Output[0].Output != nil {
+		t.Fatalf("cancel: %+v", got)
+	}
+	if rest, err := readAll(t, resp.Body); err != nil || len(rest) != 0 {
+		t.Fatalf("after cancel: %v %v", types(rest), err)
+	}
+	waitFor(t, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
+	if st := srv.Stats(); st.ToolCallsAborted != 1 || st.ToolCallsCompleted != 0 || st.ToolCallsCompletedAfterCancel != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestCancelRules(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	ctx := testCtx(t)
+
+	done, err := createStream(t, srv, c, createBody("rules", true, true, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cancelResp(t, srv, c, done[0].Response.ID, http.StatusOK); got.Status != statusCompleted || got.text() != deltas(done) {
+		t.Fatalf("cancel of a finished response changed it: %+v", got)
+	}
+
+	fg, err := createStream(t, srv, c, createBody("rules", false, true, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses/"+fg[0].Response.ID+"/cancel", nil), http.StatusBadRequest)
+	if e.Message != "Cannot cancel a synchronous response." {
+		t.Fatalf("foreground cancel: %+v", e)
+	}
+	e = apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses/resp_unknown/cancel", nil), http.StatusNotFound)
+	if e.Message != "Response with id 'resp_unknown' not found." {
+		t.Fatalf("unknown: %+v", e)
+	}
+	if st := srv.Stats(); st.CancelsReceived != 3 || st.ResponsesCancelled != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestCompleteDespiteCancel(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	_, resp, evs := openUntil(t, srv, c,
+		createBody("stubborn", true, true, map[string]string{KeyCompleteDespiteCancel: "1", KeyToolMS: "30", KeyTokens: "20", KeyTokenMS: "1"}),
+		func(ev wireEvent) bool { return ev.Type == evMCPArgsDone })
+	id := evs[0].Response.ID
+	if got := cancelResp(t, srv, c, id, http.StatusOK); got.Status != statusCancelled {
+		t.Fatalf("cancel: %+v", got)
+	}
+	rest, err := readAll(t, resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := rest[len(rest)-1]
+	if last.Type != evCompleted || last.Response.Status != statusCompleted {
+		t.Fatalf("last %s", last.Raw)
+	}
+	if got := getResponse(t, testCtx(t), c, srv, id); got.Status != statusCompleted {
+		t.Fatalf("stored status %s", got.Status)
+	}
+	st := srv.Stats()
+	if st.TokensAfterCancel != 20 || st.ToolCallsCompletedAfterCancel != 1 || st.ToolCallsAborted != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}

@@ -1,0 +1,42 @@
+package foundrytest
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseScenario(t *testing.T) {
+	t.Parallel()
+	cfg := Config{DefaultTokens: 7, DefaultTokenDelay: time.Millisecond, MaxTokens: 100}.withDefaults()
+	def, aerr := parseScenario(map[string]string{"run_id": "x"}, cfg)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	if def != (scenario{tokens: 7, tokenDelay: time.Millisecond, toolDelay: toolDisabled, failAfter: noLimit, dropAfter: noLimit}) {
+		t.Fatalf("defaults: %+v", def)
+	}
+	full, aerr := parseScenario(map[string]string{
+		KeyTokens: "9", KeyTokenMS: "3", KeyToolMS: "40", KeyCreatedMS: "50", KeyFailAfter: "6",
+		KeyDropAfter: "5", KeyCreateStatus: "429", KeyToolFail: "1", KeyCompleteDespiteCancel: "1",
+	}, cfg)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	want := scenario{tokens: 9, tokenDelay: 3 * time.Millisecond, toolDelay: 40 * time.Millisecond, createdDelay: 50 * time.Millisecond,
+		failAfter: 6, dropAfter: 5, createStatus: 429, toolFail: true, completeDespiteCancel: true}
+	if full != want {
+		t.Fatalf("got %+v\nwant %+v", full, want)
+	}
+	if sc, _ := parseScenario(map[string]string{KeyToolFail: "1"}, cfg); sc.toolDelay != 0 {
+		t.Fatalf("emu_tool_fail alone should imply a tool call: %+v", sc)
+	}
+	for _, bad := range []map[string]string{
+		{KeyTokens: "101"}, {KeyTokens: "-1"}, {KeyTokens: "1.5"}, {KeyTokenMS: "x"}, {KeyToolMS: "3600001"},
+		{KeyCreateStatus: "200"}, {KeyCreateStatus: "600"}, {KeyToolFail: "2"}, {KeyCompleteDespiteCancel: "yes"},
+		{KeyFailAfter: ""}, {KeyDropAfter: "99999999999"},
+	} {
+		if _, aerr := parseScenario(bad, cfg); aerr == nil || aerr.status != 400 {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
