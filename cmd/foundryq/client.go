@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("submit", "submit --model M | --agent NAME[:VERSION] --input TEXT [flags]")
+	nf := addNATSFlags(f)
+	model := f.String("model", "", "", "model deployment name (or use --agent)")
+	agent := f.String("agent", "", "", "Foundry agent as NAME or NAME:VERSION (or use --model)")
+	input := f.String("input", "", "", "input text; a value starting with [ is taken as a JSON array of input items")
+	instructions := f.String("instructions", "", "", "system instructions")
+	runID := f.String("run-id", "", "", "run id (default: generated)")
+	timeout := f.Duration("timeout", "", 0, "run deadline; on expiry the run is cancelled server-side (0: worker default)")
+	disconnect := f.Duration("cancel-on-disconnect", "", 0, "cancel server-side after this long without a watcher (0: never)")
+	maxTokens := f.Int("max-output-tokens", "", 0, "upper bound on output tokens (0: Foundry default)")
+	metadata := f.Repeated("metadata", "metadata entry as key=value")
+	tools := f.Repeated("tool", "a Responses tool as JSON, e.g. {\"type\":\"mcp\",\"server_label\":\"x\",\"server_url\":\"https://...\",\"require_approval\":\"never\"}")
+	options := f.String("options", "", "", "raw Responses fields as a JSON object, e.g. {\"temperature\":0.2}")
+	watch := f.Bool("watch", "", false, "watch the run after submitting (exit code as for watch)")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if err := needArgs(f, 0, "no arguments"); err != nil {
+		return err
+	}
+	req, err := buildRequest(*model, *agent, *input, *instructions, *runID, *timeout, *disconnect, *maxTokens, *metadata, *tools, *options)
+	if err != nil {
+		return usageError{fmt.Errorf("submit: %w", err)}
+	}
+	nc, err := nf.connect("foundryq-submit", false)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Submit(ctx, req); err != nil {
+		if errors.Is(err, events.ErrInvalidRequest) {
+			return usageError{fmt.Errorf("submit: %w", err)}
+		}
+		return fmt.Errorf("submit: %w", err)
+	}
+	fmt.Fprintln(stdout, req.RunID)
+	if !*watch {
+		return nil
+	}
+	return watchRun(ctx, c, req.RunID, events.WatchOptions{}, false, stdout, stderr)
+}
+
+func buildRequest(model, agent, input, instructions, runID string, timeout, disconnect time.Duration, maxTokens int, metadata, tools []string, options string) (events.RunRequest, error) {
+	req := events.RunRequest{
+		RunID:                     runID,
+		Model:                     model,
+		Instructions:              instructions,
+		MaxOutputTokens:           maxTokens,
+		TimeoutSeconds:            int((timeout + time.Second - 1) / time.Second),
+		CancelOnDisconnectSeconds: int((disconnect + time.Second - 1) / time.Second),
+	}
+	if req.RunID == "" {
+		req.RunID = events.NewRunID()
+	}
+	if agent != "" {
+		name, version, _ := strings.Cut(agent, ":")
+		req.Agent = &events.AgentRef{Name: name, Version: version}
+	}
+	if strings.HasPrefix(strings.TrimSpace(input), "[") {
+		req.Input = json.RawMessage(input)
+	} else {
+		b, _ := json.Marshal(input)
+		req.Input = b
+	}
+	for _, kv := range metadata {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return req, fmt.Errorf("--metadata %q: want key=value", kv)
+		}
+		if req.Metadata == nil {
+			req.Metadata = map[string]string{}
+		}
+		req.Metadata[k] = v
+	}
+	for _, t := range tools {
+		if !json.Valid([]byte(t)) {
+			return req, fmt.Errorf("--tool %q: not valid JSON", t)
+		}
+		req.Tools = append(req.Tools, json.RawMessage(t))
+	}
+	if options != "" {
+		if err := json.Unmarshal([]byte(options), &req.Options); err != nil {
+			return req, fmt.Errorf("--options: want a JSON object: %w", err)
+		}
+	}
+	return req, req.Validate()
+}
+
+func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("watch", "watch RUN_ID [flags]")
+	nf := addNATSFlags(f)
+	fromNow := f.Bool("from-now", "", false, "show only events from now on (default: from the start)")
+	asJSON := f.Bool("json", "", false, "print every event as a JSON line on stdout")
+	noBeat := f.Bool("no-heartbeat", "", false, "do not send watcher heartbeats (the run may then be cancelled as abandoned)")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if err := needArgs(f, 1, "one RUN_ID"); err != nil {
+		return err
+	}
+	runID := f.fs.Arg(0)
+	if !events.ValidRunID(runID) {
+		return usageError{fmt.Errorf("watch: run id %q must match [A-Za-z0-9_-]{1,64}", runID)}
+	}
+	nc, err := nf.connect("foundryq-watch", true)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
+	if err != nil {
+		return err
+	}
+	opts := events.WatchOptions{NoHeartbeat: *noBeat}
+	if *fromNow {
+		opts.From = events.FromNow
+	}
+	return watchRun(ctx, c, runID, opts, *asJSON, stdout, stderr)
+}
+
+// watchRun prints a run's events until its terminal event. The exit code
+// says how it ended: 0 completed, 1 failed, 2 cancelled.
+func watchRun(ctx context.Context, c *events.Client, runID string, opts events.WatchOptions, asJSON bool, stdout, stderr io.Writer) error {
+	w := c.Watch(ctx, runID, opts)
+	defer w.Close()
+	for {
+		ev, err := w.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", runID, err)
+		}
+		if asJSON {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintln(stdout, string(b))
+		} else {
+			printEvent(ev, stdout, stderr)
+		}
+		switch ev.Type {
+		case events.TypeRunCompleted:
+			return nil
+		case events.TypeRunFailed:
+			return exitCode(1)
+		case events.TypeRunCancelled:
+			return exitCode(2)
+		}
+	}
+}
+
+// printEvent writes text to stdout and everything else as a line to stderr.
+func printEvent(ev events.RunEvent, stdout, stderr io.Writer) {
+	switch ev.Type {
+	case events.TypeTextDelta:
+		fmt.Fprint(stdout, ev.Text)
+	case events.TypeRunStarted:
+		fmt.Fprintf(stderr, "[run %s started: response %s, attempt %d, worker %s]\n", ev.RunID, ev.ResponseID, ev.Attempt, ev.Worker)
+	case events.TypeToolStarted, events.TypeToolCompleted, events.TypeToolFailed:
+		verb := strings.TrimPrefix(string(ev.Type), "tool.")
+		line := fmt.Sprintf("[tool %s %s", ev.Tool.Name, verb)
+		if ev.Tool.ServerLabel != "" {
+			line += " on " + ev.Tool.ServerLabel
+		}
+		if ev.Error != nil {
+			line += ": " + ev.Error.Message
+		}
+		fmt.Fprintln(stderr, line+"]")
+	case events.TypeRunCompleted:
+		fmt.Fprintln(stdout)
+		line := "[run completed"
+		if ev.Status == "incomplete" {
+			line = "[run incomplete (" + ev.IncompleteReason + ")"
+		}
+		fmt.Fprintln(stderr, line+usageText(ev)+"]")
+	case events.TypeRunFailed:
+		fmt.Fprintln(stdout)
+		fmt.Fprintf(stderr, "[run failed: %s: %s]\n", ev.Error.Code, ev.Error.Message)
+	case events.TypeRunCancelled:
+		fmt.Fprintln(stdout)
+		why := map[string]string{
+			events.ReasonRequested: "a cancel was requested",
+			events.ReasonTimeout:   "the run passed its deadline",
+			events.ReasonAbandoned: "no watcher was left",
+		}[ev.Reason]
+		if why == "" {
+			why = ev.Reason
+		}
+		upstream := ev.UpstreamStatus
+		if upstream == "" {
+			upstream = "never started"
+		}
+		fmt.Fprintf(stderr, "[run cancelled: %s; Foundry status: %s%s]\n", why, upstream, usageText(ev))
+	default:
+		fmt.Fprintf(stderr, "[%s]\n", ev.Type)
+	}
+}
+
+func usageText(ev events.RunEvent) string {
+	switch {
+	case ev.Usage != nil:
+		return fmt.Sprintf("; tokens in %d, out %d", ev.Usage.InputTokens, ev.Usage.OutputTokens)
+	case ev.UsageUnknown:
+		return "; usage unknown"
+	}
+	return ""
+}
+
+func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("cancel", "cancel RUN_ID [flags]")
+	nf := addNATSFlags(f)
+	reason := f.String("reason", "", "", "a note on why (logged by the worker)")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if err := needArgs(f, 1, "one RUN_ID"); err != nil {
+		return err
+	}
+	runID := f.fs.Arg(0)
+	if !events.ValidRunID(runID) {
+		return usageError{fmt.Errorf("cancel: run id %q must match [A-Za-z0-9_-]{1,64}", runID)}
+	}
+	nc, err := nf.connect("foundryq-cancel", false)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
+	if err != nil {
+		return err
+	}
+	reply, err := c.Cancel(ctx, runID, *reason)
+	if err != nil {
+		return fmt.Errorf("cancel %s: %w", runID, err)
+	}
+	if reply.Error != "" {
+		return fmt.Errorf("cancel %s: %s", runID, reply.Error)
+	}
+	fmt.Fprintln(stdout, describeCancel(reply))
+	if reply.Result == events.CancelNotFound {
+		return exitCode(1)
+	}
+	return nil
+}
+
+func describeCancel(r events.CancelReply) string {
+	switch r.Result {
+	case events.CancelCancelling:
+		s := "run " + r.RunID + ": cancelling; Foundry has been asked to stop"
+		if r.UpstreamStatus != "" {
+			s += " (Foundry status now: " + r.UpstreamStatus + ")"
+		} else {
+			s += " (as soon as its response exists)"
+		}
+		return s
+	case events.CancelCancelled:
+		return "run " + r.RunID + ": cancelled before it started; Foundry was never called"
+	case events.CancelAlreadyFinished:
+		return "run " + r.RunID + ": already finished (" + string(r.Terminal) + "); nothing to cancel"
+	case events.CancelNotFound:
+		return "run " + r.RunID + ": not found (no queued, running or recorded run has this id)"
+	}
+	return fmt.Sprintf("run %s: %s", r.RunID, r.Result)
+}
+
+func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("runs", "runs [RUN_ID] [flags]")
+	nf := addNATSFlags(f)
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if f.fs.NArg() > 1 {
+		return usageError{errors.New("runs: want at most one RUN_ID")}
+	}
+	nc, err := nf.connect("foundryq-runs", false)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
+	if err != nil {
+		return err
+	}
+	if f.fs.NArg() == 1 {
+		st, _, err := c.State(ctx, f.fs.Arg(0))
+		if errors.Is(err, events.ErrStateNotFound) {
+			return fmt.Errorf("run %s: no state recorded (unknown, or still queued)", f.fs.Arg(0))
+		}
+		if err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(st, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	}
+	store, err := c.StateStore(ctx)
+	if err != nil {
+		return err
+	}
+	keys, err := store.KeyValue().ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%-32s %-10s %-16s %-20s %s\n", "RUN", "STATUS", "TERMINAL", "OWNER", "UPDATED")
+	for key := range keys.Keys() {
+		st, _, err := store.Get(ctx, key)
+		if err != nil {
+			continue // deleted or expired meanwhile
+		}
+		fmt.Fprintf(stdout, "%-32s %-10s %-16s %-20s %s\n", st.RunID, st.Status, st.Terminal, st.Owner, st.UpdatedAt.Format(time.RFC3339))
+	}
+	return nil
+}

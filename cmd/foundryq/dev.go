@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("dev", "dev [flags]")
+	natsPort := f.Int("nats-port", "FOUNDRYQ_DEV_NATS_PORT", 4222, "port of the embedded NATS server (on 127.0.0.1)")
+	dataDir := f.String("data-dir", "FOUNDRYQ_DEV_DATA_DIR", "", "JetStream data directory (default: a temporary directory, removed at exit)")
+	emuAddr := f.String("emulator-addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "address of the Foundry emulator (not started when FOUNDRY_ENDPOINT is set)")
+	endpoint := f.String("foundry-endpoint", "FOUNDRY_ENDPOINT", "", "use this Foundry v1 base URL instead of the emulator")
+	apiKey := f.String("foundry-api-key", "FOUNDRY_API_KEY", "", "API key for --foundry-endpoint (without it: Entra ID)")
+	workers := f.Int("workers", "FOUNDRYQ_DEV_WORKERS", 1, "in-process workers to run (0: none)")
+	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics and /healthz (empty: off)")
+	ef := addEmulatorFlags(f, 25*time.Millisecond)
+	wf := addWorkerFlags(f, false)
+	scope := f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host")
+	agentField := f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference")
+	lf := addLogFlags(f, "console")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if err := needArgs(f, 0, "no arguments"); err != nil {
+		return err
+	}
+	if *workers < 0 {
+		return usageError{fmt.Errorf("dev: --workers must be 0 or more, got %d", *workers)}
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+
+	ns, err := natsembed.Start(natsembed.Config{Host: "127.0.0.1", Port: *natsPort, StoreDir: *dataDir})
+	if err != nil {
+		return fmt.Errorf("dev: start NATS on 127.0.0.1:%d: %w", *natsPort, err)
+	}
+	defer ns.Shutdown()
+
+	base, key := *endpoint, *apiKey
+	var emu *emulator
+	if base == "" {
+		cfg := ef.config(log.With().Str("component", "emulator").Logger())
+		if err := cfg.Validate(); err != nil {
+			return usageError{err}
+		}
+		emu, err = startEmulator(*emuAddr, cfg)
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		defer func() { _ = emu.close() }()
+		base, key = emu.baseURL(), *ef.apiKey
+	}
+	up, err := foundry.New(foundry.Config{BaseURL: base, APIKey: key, Scope: *scope, AgentField: *agentField})
+	if err != nil {
+		return err
+	}
+	nc, err := ns.Connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	g, gctx := errgroup.WithContext(ctx)
+	reg := prometheus.NewRegistry()
+	for i := range *workers {
+		wlog := log.With().Str("component", "worker").Logger()
+		cfg := wf.config("", &wlog)
+		if cfg.WorkerID == "" {
+			cfg.WorkerID = "dev-" + strconv.Itoa(i+1)
+		} else if *workers > 1 {
+			cfg.WorkerID += "-" + strconv.Itoa(i+1)
+		}
+		if i == 0 {
+			cfg.Registerer = reg
+		}
+		w, err := consumer.New(nc, up, cfg)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return w.Run(gctx) })
+	}
+	if *httpAddr != "" {
+		srv, err := serveOps(*httpAddr, reg, nc)
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+
+	fmt.Fprintf(stdout, "foundryq dev is running.\n  NATS:     %s (JetStream data in %s)\n", ns.ClientURL(), ns.StoreDir())
+	if emu != nil {
+		fmt.Fprintf(stdout, "  Foundry:  emulator at %s (stats: %s/_emulator/stats)\n", emu.baseURL(), emu.url())
+	} else {
+		fmt.Fprintf(stdout, "  Foundry:  %s\n", base)
+	}
+	fmt.Fprintf(stdout, "  Workers:  %d\n", *workers)
+	if *httpAddr != "" {
+		fmt.Fprintf(stdout, "  Metrics:  http://%s/metrics\n", *httpAddr)
+	}
+	fmt.Fprint(stdout, `
+Try, in another terminal:
+  go run ./cmd/foundryq submit --model gpt-4o --input "Tell me a story" --watch
+  go run ./cmd/foundryq submit --model gpt-4o --input "slow one" --metadata emu_tokens=400 --metadata emu_token_ms=50 --run-id slow1
+  go run ./cmd/foundryq watch slow1
+  go run ./cmd/foundryq cancel slow1
+  go run ./cmd/foundryq runs
+Stop with Ctrl-C.
+`)
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

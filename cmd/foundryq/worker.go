@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+)
+
+// workerFlags are the settings of a worker (shared by worker and dev).
+type workerFlags struct {
+	endpoint, apiKey, scope, agentField         *string
+	concurrency, maxDeliver, replicas           *int
+	workerID                                    *string
+	defaultTimeout, cancelConfirm, shutdown     *time.Duration
+	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
+}
+
+func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
+	var w workerFlags
+	if withEndpoint {
+		w.endpoint = f.String("foundry-endpoint", "FOUNDRY_ENDPOINT", "", "Foundry v1 base URL: https://RES.openai.azure.com/openai/v1/ or https://RES.services.ai.azure.com/api/projects/PROJECT/openai/v1/")
+		w.apiKey = f.String("foundry-api-key", "FOUNDRY_API_KEY", "", "Foundry API key; without it Entra ID (DefaultAzureCredential) is used")
+		w.scope = f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host")
+		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference")
+	}
+	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once")
+	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)")
+	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", 0, "run deadline for requests without timeout_seconds (0: none)")
+	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel")
+	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown")
+	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the attempt)")
+	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes")
+	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "deliveries of a job before it is given up")
+	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept")
+	w.stateTTL = f.Duration("state-ttl", "FOUNDRYQ_STATE_TTL", 7*24*time.Hour, "how long run state records are kept")
+	w.replicas = f.Int("replicas", "FOUNDRYQ_REPLICAS", 1, "JetStream replicas for streams and bucket")
+	return w
+}
+
+func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config {
+	return consumer.Config{
+		Prefix:               prefix,
+		WorkerID:             *w.workerID,
+		Concurrency:          *w.concurrency,
+		DefaultTimeout:       *w.defaultTimeout,
+		CancelConfirmTimeout: *w.cancelConfirm,
+		ShutdownTimeout:      *w.shutdown,
+		RetryDelay:           *w.retryDelay,
+		Logger:               log,
+		Provision: events.ProvisionConfig{
+			Replicas:     *w.replicas,
+			EventsMaxAge: *w.eventsMaxAge,
+			AckWait:      *w.ackWait,
+			MaxDeliver:   *w.maxDeliver,
+			StateTTL:     *w.stateTTL,
+		},
+	}
+}
+
+func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
+	return foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+}
+
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("worker", "worker [flags]")
+	nf := addNATSFlags(f)
+	wf := addWorkerFlags(f, true)
+	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics and /healthz (empty: off)")
+	lf := addLogFlags(f, "json")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if err := needArgs(f, 0, "no arguments"); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	if *wf.endpoint == "" {
+		return usageError{errors.New("worker: --foundry-endpoint (FOUNDRY_ENDPOINT) is required")}
+	}
+	up, err := foundry.New(wf.foundryConfig(*wf.endpoint, *wf.apiKey))
+	if err != nil {
+		return err
+	}
+	nc, err := nf.connect("foundryq-worker", true)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := wf.config(*nf.prefix, &log)
+	cfg.Registerer = reg
+	w, err := consumer.New(nc, up, cfg)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	if *httpAddr != "" {
+		srv, err := serveOps(*httpAddr, reg, nc)
+		if err != nil {
+			return err
+		}
+		log.Info().Str("addr", srv.Addr).Msg("serving /metrics and /healthz")
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	g.Go(func() error { return w.Run(gctx) })
+	return g.Wait()
+}
+
+// serveOps serves Prometheus metrics and a health check on addr.
+func serveOps(addr string, reg *prometheus.Registry, nc *nats.Conn) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !nc.IsConnected() {
+			http.Error(w, "nats: "+nc.Status().String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s for metrics: %w", addr, err)
+	}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}

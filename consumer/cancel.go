@@ -1,0 +1,327 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+)
+
+// maxCancelsInFlight bounds the cancel requests one worker answers at once.
+const maxCancelsInFlight = 256
+
+// subscribeCancels subscribes twice to the cancel subjects: once in the
+// workers' queue group, to answer each request exactly once, and once on its
+// own, so that the owner of a run hears every cancel for it at once,
+// whichever worker answers.
+func (w *Worker) subscribeCancels(ctx context.Context) (func(), error) {
+	subject := w.names.CancelSubject("*")
+	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	slots := make(chan struct{}, maxCancelsInFlight)
+	answer, err := w.nc.QueueSubscribe(subject, w.names.Consumer(), func(m *nats.Msg) {
+		slots <- struct{}{}
+		w.cancelWG.Add(1)
+		go func() {
+			defer w.cancelWG.Done()
+			defer func() { <-slots }()
+			w.onCancelRequest(cctx, m)
+		}()
+	})
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("consumer: subscribe to %s: %w", subject, err)
+	}
+	notice, err := w.nc.Subscribe(subject, w.onCancelNotice)
+	if err != nil {
+		_ = answer.Unsubscribe()
+		stop()
+		return nil, fmt.Errorf("consumer: subscribe to %s: %w", subject, err)
+	}
+	return func() {
+		_ = answer.Unsubscribe()
+		_ = notice.Unsubscribe()
+		w.cancelWG.Wait()
+		stop()
+	}, nil
+}
+
+// onCancelNotice stops the run if this worker owns it. The worker that
+// answers the request records it; the owner acts at once.
+func (w *Worker) onCancelNotice(m *nats.Msg) {
+	runID, ok := w.names.RunIDFromSubject(m.Subject)
+	if !ok {
+		return
+	}
+	if r := w.owned(runID); r != nil {
+		r.log.Info().Msg("cancel requested")
+		r.stop(ErrCancelRequested)
+	}
+}
+
+// onCancelRequest answers one cancel request.
+func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
+	start := time.Now()
+	reply := events.CancelReply{}
+	runID, ok := w.names.RunIDFromSubject(m.Subject)
+	switch {
+	case !ok:
+		reply.Error = "subject " + m.Subject + " does not name a valid run id"
+	default:
+		reply.RunID = runID
+		var req events.CancelRequest
+		if len(m.Data) > 0 {
+			if err := json.Unmarshal(m.Data, &req); err != nil {
+				reply.Error = "invalid cancel request body: " + err.Error()
+				break
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		reply = w.answerCancel(actx, runID, req)
+		cancel()
+	}
+	data, _ := json.Marshal(reply)
+	if m.Reply != "" {
+		if err := m.Respond(data); err != nil {
+			w.log.Warn().Err(err).Str("run_id", runID).Msg("reply to cancel")
+		}
+	}
+	result := string(reply.Result)
+	if reply.Error != "" {
+		result = "error"
+	}
+	w.m.cancelRequests.WithLabelValues(result).Inc()
+	w.m.cancelReplySeconds.Observe(time.Since(start).Seconds())
+	w.log.Info().Str("run_id", runID).Str("result", result).Str("reason", "requested").Str("error", reply.Error).Msg("cancel answered")
+}
+
+// answerCancel records a cancel request durably, then acts on it:
+//   - unknown run: not_found;
+//   - finished run: already_finished, with its terminal event type;
+//   - queued run (no worker took it yet): the run is ended here as
+//     run.cancelled, its job deleted, and the answer is cancelled;
+//   - running run: the cancel is recorded, Foundry's cancel is called if the
+//     response id is known (the owner calls it the moment the id arrives
+//     otherwise), and the answer is cancelling.
+func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest) events.CancelReply {
+	reply := events.CancelReply{RunID: runID}
+	for range 5 {
+		now := time.Now().UTC()
+		st, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
+			if s.Finished() {
+				return errFinished
+			}
+			if s.Cancel == nil {
+				s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, At: now}
+				s.UpdatedAt = now
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, errFinished):
+			st, _, err := w.states.Get(ctx, runID)
+			if err != nil {
+				reply.Error = err.Error()
+				return reply
+			}
+			reply.Result = events.CancelAlreadyFinished
+			if st.Terminal == events.TypeRunCancelled && st.ResponseID == "" {
+				reply.Result = events.CancelCancelled // the same answer as the first time
+			}
+			reply.Terminal = st.Terminal
+			reply.UpstreamStatus = st.UpstreamStatus
+			return reply
+		case errors.Is(err, events.ErrStateNotFound):
+			result, err := w.cancelQueued(ctx, runID, now)
+			if errors.Is(err, events.ErrStateExists) {
+				continue // a worker took the run meanwhile: cancel it as running
+			}
+			if err != nil {
+				reply.Error = err.Error()
+				return reply
+			}
+			reply.Result = result
+			return reply
+		case err != nil:
+			reply.Error = fmt.Sprintf("record cancel: %v", err)
+			return reply
+		}
+		reply.Result = events.CancelCancelling
+		if st.ResponseID != "" {
+			resp, err := w.up.Cancel(ctx, st.ResponseID)
+			switch {
+			case err == nil:
+				reply.UpstreamStatus = resp.Status
+			case errors.Is(err, foundry.ErrNotFound):
+				reply.UpstreamStatus = "not_found"
+			default:
+				w.m.upstreamErrors.WithLabelValues("cancel").Inc()
+				w.log.Warn().Err(err).Str("run_id", runID).Str("response_id", st.ResponseID).Msg("cancel upstream; the owner retries")
+			}
+		}
+		return reply
+	}
+	reply.Error = "run state kept changing; try again"
+	return reply
+}
+
+// cancelQueued ends a run that no worker has taken: it claims the run in the
+// state bucket as cancelled (so no worker ever starts it), publishes
+// run.cancelled and deletes the job. It returns events.ErrStateExists if a
+// worker claimed the run first.
+func (w *Worker) cancelQueued(ctx context.Context, runID string, now time.Time) (events.CancelResult, error) {
+	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.CancelNotFound, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up queued run: %w", err)
+	}
+	_, err = w.states.Create(ctx, events.RunState{
+		RunID: runID, Status: events.StatusCancelled, Terminal: events.TypeRunCancelled,
+		Cancel:    &events.CancelRecord{Reason: events.ReasonRequested, At: now},
+		CreatedAt: now, UpdatedAt: now, FinishedAt: &now, Owner: w.cfg.WorkerID,
+	})
+	if err != nil {
+		return "", err
+	}
+	pos, err := w.tail(ctx, runID)
+	if err != nil {
+		return "", err
+	}
+	rel := newRelay(w.js, w.res.Events, w.names, runID, pos, w.m)
+	rel.add(events.RunEvent{Type: events.TypeRunCancelled, Reason: events.ReasonRequested, Usage: &events.Usage{}}, -1)
+	rel.close()
+	rel.run(ctx, func(error) {})
+	if err := rel.flush(ctx); err != nil {
+		return "", fmt.Errorf("publish run.cancelled: %w", err)
+	}
+	if err := w.res.Runs.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		// A worker that pulls it finds the run finished and acks it.
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("delete the cancelled job")
+	}
+	w.m.runsCancelled.WithLabelValues(events.ReasonRequested).Inc()
+	w.m.runsFinished.WithLabelValues(string(events.TypeRunCancelled)).Inc()
+	return events.CancelCancelled, nil
+}
+
+// cancel stops a running run server-side: record the cancel, call
+// Foundry's cancel as soon as the response id exists, stop relaying, confirm
+// the upstream terminal status, and end the run as run.cancelled.
+func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.CancelFunc) {
+	r.log.Info().Str("reason", reason).Msg("cancelling the run upstream")
+	r.recordCancel(reason)
+	id := r.currentResponseID()
+	if id == "" {
+		// The create is in flight: Foundry's cancel needs the id it returns.
+		wait := time.NewTimer(r.w.cfg.CancelConfirmTimeout)
+		defer wait.Stop()
+		select {
+		case <-r.idReady:
+			id = r.currentResponseID()
+		case out := <-readerDone:
+			if out.responseMissing {
+				r.finishCancelled(reason, nil, false)
+			} else {
+				r.finishCancelled(reason, nil, true)
+			}
+			return
+		case <-wait.C:
+			upStop()
+			<-readerDone
+			if id = r.currentResponseID(); id == "" {
+				r.log.Warn().Msg("no response id arrived in time; the run ends cancelled with unknown upstream state")
+				r.finishCancelled(reason, nil, true)
+				return
+			}
+			readerDone = nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.hard, r.w.cfg.CancelConfirmTimeout)
+	defer cancel()
+	resp, err := r.w.up.Cancel(ctx, id)
+	upStop()
+	if readerDone != nil {
+		<-readerDone
+	}
+	if err != nil {
+		r.w.m.upstreamErrors.WithLabelValues("cancel").Inc()
+		r.log.Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
+	}
+	r.finishCancelled(reason, r.confirm(ctx, id, resp), true)
+}
+
+// confirm polls the response until Foundry reports a terminal status, within
+// ctx. Cancel is best-effort upstream: a response has been seen to report
+// cancelled and later completed, so the status is read back after the
+// cancel call rather than taken from its reply.
+func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *foundry.Response {
+	backoff := 50 * time.Millisecond
+	for {
+		resp, err := r.w.up.Get(ctx, id)
+		if err == nil {
+			last = resp
+			if isTerminalStatus(resp.Status) {
+				return resp
+			}
+		}
+		if ctx.Err() != nil {
+			r.log.Warn().Str("response_id", id).Msg("Foundry did not confirm a terminal status in time")
+			return last
+		}
+		sleep(ctx, backoff)
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// recordCancel writes the cancel into the state bucket so that a new owner
+// applies it too.
+func (r *run) recordCancel(reason string) {
+	_, err := r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
+		if s.Finished() {
+			return errFinished
+		}
+		if s.Cancel == nil {
+			now := time.Now().UTC()
+			s.Cancel = &events.CancelRecord{Reason: reason, At: now}
+			s.UpdatedAt = now
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFinished) {
+		r.log.Warn().Err(err).Msg("record the cancel in the state bucket")
+	}
+}
+
+// finishCancelled ends the run as run.cancelled. resp is Foundry's last word
+// on the response (nil if none); reached says whether the run may have
+// reached Foundry at all.
+func (r *run) finishCancelled(reason string, resp *foundry.Response, reached bool) {
+	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason}
+	var upstream string
+	if resp != nil {
+		ev.ResponseID = resp.ID
+		upstream = resp.Status
+		ev.UpstreamStatus = resp.Status
+		ev.Usage = usageOf(resp.Usage)
+		if resp.Status == "completed" {
+			r.w.m.completedAfterCancl.Inc()
+			r.log.Warn().Str("response_id", resp.ID).Msg("Foundry reports the response completed after the cancel; the run stays cancelled")
+		}
+	}
+	if ev.Usage == nil {
+		if reached {
+			ev.UsageUnknown = true
+		} else {
+			ev.Usage = &events.Usage{}
+		}
+	}
+	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
+	r.finish(ev, -1, upstream)
+}

@@ -1,0 +1,127 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// Config configures a Worker. The zero value of every field means its
+// documented default.
+type Config struct {
+	// Prefix is the subject prefix of the wire contract. Default "foundryq".
+	Prefix string
+	// WorkerID names this worker in run.started events, the state bucket and
+	// logs. Default: "<hostname>-<pid>".
+	WorkerID string
+	// Concurrency is the most runs this worker owns at once; it never pulls a
+	// job it cannot start. Default 64.
+	Concurrency int
+	// DefaultTimeout is the run deadline for requests without
+	// timeout_seconds. 0 (the default) means no deadline.
+	DefaultTimeout time.Duration
+	// CancelConfirmTimeout bounds how long the owner waits, after a
+	// server-side cancel, for Foundry to report a terminal status before it
+	// publishes run.cancelled with what it knows. Default 10s.
+	CancelConfirmTimeout time.Duration
+	// ShutdownTimeout bounds the hand-off of in-flight runs when Run's
+	// context ends. Default 15s.
+	ShutdownTimeout time.Duration
+	// PollWait is how long one pull request waits for jobs. Default 1s.
+	PollWait time.Duration
+	// RetryDelay is the delay before a job whose upstream call failed with a
+	// retryable error (429, 5xx, network) is delivered again. Default 2s.
+	RetryDelay time.Duration
+	// Provision configures the streams, consumer and bucket the worker
+	// creates (idempotently) at start.
+	Provision events.ProvisionConfig
+	// Logger receives the worker's logs. Default: disabled.
+	Logger *zerolog.Logger
+	// Registerer receives the worker's Prometheus metrics. Default: none
+	// (metrics are still counted, just not exported).
+	Registerer prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = events.DefaultPrefix
+	}
+	if c.WorkerID == "" {
+		c.WorkerID = defaultWorkerID()
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 64
+	}
+	if c.CancelConfirmTimeout == 0 {
+		c.CancelConfirmTimeout = 10 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.PollWait == 0 {
+		c.PollWait = time.Second
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = 2 * time.Second
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("concurrency must be at least 1, got %d", c.Concurrency))
+	}
+	if c.DefaultTimeout < 0 {
+		errs = append(errs, fmt.Errorf("default timeout must not be negative, got %s", c.DefaultTimeout))
+	}
+	if c.CancelConfirmTimeout < 0 {
+		errs = append(errs, fmt.Errorf("cancel confirm timeout must not be negative, got %s", c.CancelConfirmTimeout))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("shutdown timeout must not be negative, got %s", c.ShutdownTimeout))
+	}
+	if c.PollWait < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("poll wait must be at least 100ms, got %s", c.PollWait))
+	}
+	if c.RetryDelay < 0 {
+		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))
+	}
+	if !events.ValidRunID(c.WorkerID) {
+		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("consumer: invalid config: %w", err)
+	}
+	return nil
+}
+
+// defaultWorkerID is "<hostname>-<pid>", with the characters a run id may
+// not hold replaced by '-'.
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	b := []byte(host)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 40 {
+		b = b[:40]
+	}
+	if len(b) == 0 {
+		b = []byte("worker")
+	}
+	return string(b) + "-" + strconv.Itoa(os.Getpid())
+}

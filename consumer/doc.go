@@ -1,0 +1,24 @@
+// Package consumer is the foundryq worker: it pulls run requests from the
+// FOUNDRYQ_RUNS work queue, starts each run on Foundry's Responses API in
+// background + streaming mode, relays every upstream event to the run's
+// subject on FOUNDRYQ_EVENTS, and answers cancel requests.
+//
+// The properties it keeps (see DESIGN.md in the repository's shared notes):
+//
+//   - A worker never pulls more jobs than it can start (Config.Concurrency),
+//     and keeps each job's lease alive with InProgress while the run lives.
+//   - Each run's events carry contiguous seq numbers. Exactly one publish is
+//     in flight per run; text deltas that arrive meanwhile merge into the
+//     next event. Every publish is fenced with the subject's expected last
+//     sequence, so a zombie owner can never interleave with a new one.
+//   - Every run that a worker took ends with exactly one terminal event, and
+//     the job is acked only after that event is stored.
+//   - A cancel (from the cancel subject, a deadline or abandoned watchers)
+//     calls Foundry's server-side cancel, confirms the upstream status and
+//     ends the run as run.cancelled with usage (or usage_unknown).
+//   - A job delivered again after a crash re-attaches to the same Foundry
+//     response with starting_after, or polls it to its end when it can no
+//     longer be streamed; no token is lost or repeated.
+//   - At shutdown in-flight runs are handed off (flushed, Nak'ed) and nothing
+//     is cancelled upstream.
+package consumer

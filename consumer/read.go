@@ -1,0 +1,294 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+)
+
+// outcome is how the upstream reader of a run stopped.
+type outcome struct {
+	terminal          *events.RunEvent  // run.completed or run.failed reported by Foundry
+	upstreamSeq       int64             // sequence number of the upstream terminal event, -1 if none
+	upstreamStatus    string            // Foundry's final status
+	cancelledUpstream *foundry.Response // Foundry reports the response cancelled on its own
+	err               error             // the reader stopped without an end
+	op                string            // the upstream operation that failed: create, resume, get
+	responseMissing   bool              // no response exists upstream (the create failed)
+}
+
+// read starts the run upstream (create, or re-attach to the response a
+// previous owner started) and relays its events until Foundry reports an
+// end, ctx ends, or the response cannot be reached. Terminal events are
+// returned, never relayed: the run decides the one terminal event.
+func (r *run) read(ctx context.Context, req events.RunRequest, st events.RunState, pos position) outcome {
+	var (
+		s   *foundry.Stream
+		err error
+		id  = st.ResponseID
+	)
+	last := pos.UpstreamSeq
+	if id == "" {
+		s, err = r.w.up.Create(ctx, createRequest(req, r.id))
+		if err != nil {
+			return outcome{err: fmt.Errorf("create response: %w", err), op: "create", responseMissing: true, upstreamSeq: -1}
+		}
+		r.w.m.runsStarted.WithLabelValues("created").Inc()
+	} else {
+		r.saveResponseID(id)
+		r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.attempt, Worker: r.w.cfg.WorkerID}, -1)
+		s, err = r.w.up.Resume(ctx, id, last)
+		if err != nil {
+			if ctx.Err() != nil {
+				return outcome{err: context.Cause(ctx), op: "resume", upstreamSeq: -1}
+			}
+			r.log.Info().Err(err).Str("response_id", id).Msg("cannot re-attach to the stream; polling the response")
+			r.w.m.runsStarted.WithLabelValues("polled").Inc()
+			return r.poll(ctx, id)
+		}
+		r.w.m.runsStarted.WithLabelValues("resumed").Inc()
+	}
+	for attempt := 0; ; attempt++ {
+		out, ended := r.relayStream(s, &last)
+		_ = s.Close()
+		if ended {
+			return out
+		}
+		if ctx.Err() != nil {
+			return outcome{err: context.Cause(ctx), upstreamSeq: -1}
+		}
+		id = r.currentResponseID()
+		if id == "" {
+			return outcome{err: fmt.Errorf("stream ended before the response id was known: %w", out.err), op: "create", upstreamSeq: -1}
+		}
+		r.log.Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
+		s, err = r.resume(ctx, id, last)
+		if err != nil {
+			if ctx.Err() != nil {
+				return outcome{err: context.Cause(ctx), upstreamSeq: -1}
+			}
+			r.log.Info().Err(err).Str("response_id", id).Msg("cannot re-attach to the stream; polling the response")
+			return r.poll(ctx, id)
+		}
+	}
+}
+
+// resume re-attaches to the response's stream, retrying transient errors a
+// few times. Errors that a retry cannot fix (the resume window has passed)
+// are returned at once.
+func (r *run) resume(ctx context.Context, id string, after int64) (*foundry.Stream, error) {
+	var err error
+	for attempt := range 4 {
+		var s *foundry.Stream
+		s, err = r.w.up.Resume(ctx, id, after)
+		if err == nil {
+			return s, nil
+		}
+		r.w.m.upstreamErrors.WithLabelValues("resume").Inc()
+		if !retryable(err) {
+			return nil, err
+		}
+		sleep(ctx, time.Duration(250<<attempt)*time.Millisecond)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+	}
+	return nil, err
+}
+
+// relayStream relays one upstream stream. ended is true when Foundry
+// reported an end; otherwise out.err says why the stream stopped.
+func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bool) {
+	for s.Next() {
+		ev := s.Event()
+		seq := int64(-1)
+		if ev.HasSeq {
+			if ev.SequenceNumber <= *last {
+				continue // replayed by a resume: already relayed
+			}
+			seq = ev.SequenceNumber
+			*last = seq
+		}
+		switch ev.Type {
+		case "response.created", "response.queued", "response.in_progress":
+			if ev.Response == nil || ev.Response.ID == "" {
+				continue
+			}
+			if r.currentResponseID() == "" {
+				r.saveResponseID(ev.Response.ID)
+				r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: ev.Response.ID, Attempt: r.attempt, Worker: r.w.cfg.WorkerID}, seq)
+			}
+			if ev.Response.Status == "cancelled" {
+				return outcome{cancelledUpstream: ev.Response, upstreamSeq: seq}, true
+			}
+		case "response.output_text.delta":
+			if ev.Delta != "" {
+				r.rel.add(events.RunEvent{Type: events.TypeTextDelta, Text: ev.Delta}, seq)
+			}
+		case "response.output_item.added":
+			if ev.Item != nil && ev.Item.Type == "mcp_call" {
+				r.rel.add(events.RunEvent{Type: events.TypeToolStarted, Tool: toolOf(ev.Item)}, seq)
+			}
+		case "response.output_item.done":
+			if ev.Item != nil && ev.Item.Type == "mcp_call" {
+				if ev.Item.Error != "" || ev.Item.Status == "failed" {
+					msg := ev.Item.Error
+					if msg == "" {
+						msg = "tool call failed"
+					}
+					r.rel.add(events.RunEvent{Type: events.TypeToolFailed, Tool: toolOf(ev.Item), Error: &events.Error{Code: "tool_error", Message: msg}}, seq)
+				} else {
+					r.rel.add(events.RunEvent{Type: events.TypeToolCompleted, Tool: toolOf(ev.Item)}, seq)
+				}
+			}
+		case "response.completed", "response.incomplete", "response.failed", "response.cancelled":
+			if ev.Response == nil {
+				continue
+			}
+			if ev.Response.Status == "cancelled" {
+				return outcome{cancelledUpstream: ev.Response, upstreamSeq: seq}, true
+			}
+			term := terminalOf(ev.Response)
+			return outcome{terminal: &term, upstreamSeq: seq, upstreamStatus: ev.Response.Status}, true
+		case "error":
+			term := events.RunEvent{Type: events.TypeRunFailed, Error: &events.Error{Code: orDefault(ev.Code, "upstream_error"), Message: ev.Message}}
+			return outcome{terminal: &term, upstreamSeq: seq, upstreamStatus: "failed"}, true
+		}
+	}
+	err := s.Err()
+	if err == nil {
+		err = errors.New("stream ended without a terminal event")
+	}
+	return outcome{err: err, upstreamSeq: -1}, false
+}
+
+// poll follows a response that can no longer be streamed (the resume window
+// passed) until it ends, then publishes the text not yet published and the
+// terminal event.
+func (r *run) poll(ctx context.Context, id string) outcome {
+	backoff := 500 * time.Millisecond
+	failures := 0
+	for {
+		resp, err := r.w.up.Get(ctx, id)
+		switch {
+		case err == nil && isTerminalStatus(resp.Status):
+			return r.publishRest(ctx, resp)
+		case err != nil && ctx.Err() != nil:
+			return outcome{err: context.Cause(ctx), upstreamSeq: -1}
+		case err != nil && (errors.Is(err, foundry.ErrNotFound) || !retryable(err)):
+			return outcome{err: fmt.Errorf("get response %s: %w", id, err), op: "get", upstreamSeq: -1}
+		case err != nil:
+			r.w.m.upstreamErrors.WithLabelValues("get").Inc()
+			if failures++; failures > 10 {
+				return outcome{err: fmt.Errorf("get response %s: %w", id, err), op: "get", upstreamSeq: -1}
+			}
+		}
+		sleep(ctx, backoff)
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// publishRest publishes the part of a finished response's text that the
+// run's subject does not hold yet, and returns its terminal outcome.
+func (r *run) publishRest(ctx context.Context, resp *foundry.Response) outcome {
+	if err := r.rel.flush(ctx); err != nil {
+		return outcome{err: err, upstreamSeq: -1}
+	}
+	published, err := r.w.publishedText(ctx, r.id)
+	if err != nil {
+		return outcome{err: fmt.Errorf("read published text: %w", err), op: "get", upstreamSeq: -1}
+	}
+	if len(resp.OutputText) > len(published) && resp.OutputText[:len(published)] == published {
+		r.rel.add(events.RunEvent{Type: events.TypeTextDelta, Text: resp.OutputText[len(published):]}, -1)
+	} else if resp.OutputText != published {
+		r.log.Warn().Int("published", len(published)).Int("upstream", len(resp.OutputText)).Msg("published text is not a prefix of the upstream text; nothing more published")
+	}
+	if resp.Status == "cancelled" {
+		return outcome{cancelledUpstream: resp, upstreamSeq: -1}
+	}
+	term := terminalOf(resp)
+	return outcome{terminal: &term, upstreamSeq: -1, upstreamStatus: resp.Status}
+}
+
+func terminalOf(resp *foundry.Response) events.RunEvent {
+	switch resp.Status {
+	case "completed", "incomplete":
+		return events.RunEvent{
+			Type: events.TypeRunCompleted, ResponseID: resp.ID, Status: resp.Status,
+			IncompleteReason: resp.IncompleteReason, Usage: usageOf(resp.Usage),
+		}
+	default:
+		e := &events.Error{Code: "upstream_failed", Message: "Foundry reported status " + resp.Status}
+		if resp.Error != nil {
+			e = &events.Error{Code: orDefault(resp.Error.Code, "upstream_failed"), Message: resp.Error.Message}
+		}
+		return events.RunEvent{Type: events.TypeRunFailed, ResponseID: resp.ID, Error: e}
+	}
+}
+
+func isTerminalStatus(status string) bool {
+	switch status {
+	case "completed", "incomplete", "failed", "cancelled":
+		return true
+	}
+	return false
+}
+
+func toolOf(it *foundry.OutputItem) *events.Tool {
+	return &events.Tool{Type: "mcp", Name: it.Name, ServerLabel: it.ServerLabel, CallID: it.ID}
+}
+
+func usageOf(u *foundry.Usage) *events.Usage {
+	if u == nil {
+		return nil
+	}
+	return &events.Usage{
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, TotalTokens: u.TotalTokens,
+		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens,
+	}
+}
+
+func createRequest(req events.RunRequest, runID string) foundry.CreateRequest {
+	md := make(map[string]string, len(req.Metadata)+1)
+	for k, v := range req.Metadata {
+		md[k] = v
+	}
+	md["run_id"] = runID
+	cr := foundry.CreateRequest{
+		Model:           req.Model,
+		Input:           req.Input,
+		Instructions:    req.Instructions,
+		Tools:           req.Tools,
+		Metadata:        md,
+		MaxOutputTokens: req.MaxOutputTokens,
+		Options:         req.Options,
+	}
+	if req.Agent != nil {
+		cr.Agent = &foundry.AgentRef{Name: req.Agent.Name, Version: req.Agent.Version}
+	}
+	return cr
+}
+
+// retryable reports whether an upstream error may go away on a retry:
+// rate limits, server errors and network errors.
+func retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var apiErr *foundry.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.StatusCode == 408 || apiErr.StatusCode == 409 || apiErr.StatusCode == 429 || apiErr.StatusCode >= 500
+	}
+	return !errors.Is(err, foundry.ErrResumeExpired) && !errors.Is(err, foundry.ErrNotBackground) && !errors.Is(err, foundry.ErrNotFound)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,280 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+)
+
+// Provider is what a worker needs from Foundry. *foundry.Client implements
+// it.
+type Provider interface {
+	// Create starts a background, streaming, stored response.
+	Create(ctx context.Context, req foundry.CreateRequest) (*foundry.Stream, error)
+	// Resume streams the response's events after upstream sequence number after.
+	Resume(ctx context.Context, responseID string, after int64) (*foundry.Stream, error)
+	// Get returns the stored response.
+	Get(ctx context.Context, responseID string) (*foundry.Response, error)
+	// Cancel cancels the response server-side and returns its state.
+	Cancel(ctx context.Context, responseID string) (*foundry.Response, error)
+}
+
+// Worker pulls run requests from the runs stream, owns each run until its
+// terminal event is stored, and answers cancel requests. Create it with New
+// and start it with Run.
+type Worker struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	up    Provider
+	cfg   Config
+	names events.Names
+	log   zerolog.Logger
+	m     *metrics
+
+	res        events.Resources
+	states     *events.StateStore
+	ackWait    time.Duration
+	maxDeliver int
+
+	mu   sync.Mutex
+	runs map[string]*run // runs this worker owns, by run id
+
+	runWG    sync.WaitGroup // one per run goroutine
+	cancelWG sync.WaitGroup // one per cancel request being answered
+	sem      chan struct{}  // one slot per run this worker may own
+}
+
+// New returns a worker that talks to NATS through nc and to Foundry through
+// up. It checks cfg but touches nothing until Run.
+func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if nc == nil {
+		return nil, errors.New("consumer: nil NATS connection")
+	}
+	if up == nil {
+		return nil, errors.New("consumer: nil Foundry provider")
+	}
+	names, err := events.NewNames(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: invalid config: prefix: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: jetstream: %w", err)
+	}
+	return &Worker{
+		nc:    nc,
+		js:    js,
+		up:    up,
+		cfg:   cfg,
+		names: names,
+		log:   cfg.Logger.With().Str("worker", cfg.WorkerID).Logger(),
+		m:     newMetrics(cfg.Registerer),
+		runs:  make(map[string]*run),
+		sem:   make(chan struct{}, cfg.Concurrency),
+	}, nil
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// Run provisions the streams, consumer and bucket, answers cancel requests
+// and runs jobs until ctx ends. Then it shuts down in this order, bounded by
+// ShutdownTimeout: stop pulling; hand off every run it owns (stop reading
+// upstream, store the events already received, Nak the job so another worker
+// re-attaches at once; nothing is cancelled upstream); stop answering
+// cancels. It returns nil after a clean shutdown.
+func (w *Worker) Run(ctx context.Context) error {
+	res, err := events.Provision(ctx, w.js, w.names, w.cfg.Provision)
+	if err != nil {
+		return fmt.Errorf("consumer: provision: %w", err)
+	}
+	w.res = res
+	w.states = events.NewStateStore(res.State)
+	info := res.Consumer.CachedInfo()
+	w.ackWait = info.Config.AckWait
+	w.maxDeliver = info.Config.MaxDeliver
+
+	stopCancels, err := w.subscribeCancels(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopCancels()
+
+	leaseCtx, stopLeases := context.WithCancel(context.Background())
+	var leaseWG sync.WaitGroup
+	leaseWG.Add(1)
+	go func() {
+		defer leaseWG.Done()
+		w.keepLeases(leaseCtx)
+	}()
+	defer func() {
+		stopLeases()
+		leaseWG.Wait()
+	}()
+
+	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("ack_wait", w.ackWait).Msg("worker started")
+	pullErr := w.pull(ctx)
+	w.shutdown()
+	w.log.Info().Msg("worker stopped")
+	return pullErr
+}
+
+// pull fetches jobs while there are free slots, until ctx ends. It never
+// fetches more jobs than it has free slots.
+func (w *Worker) pull(ctx context.Context) error {
+	for ctx.Err() == nil {
+		// Reserve at least one slot, then every other free one.
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		slots := 1
+	more:
+		for slots < cap(w.sem) {
+			select {
+			case w.sem <- struct{}{}:
+				slots++
+			default:
+				break more
+			}
+		}
+		used := w.fetch(ctx, slots)
+		for range slots - used {
+			<-w.sem
+		}
+	}
+	return nil
+}
+
+// fetch pulls up to n jobs and starts a run for each; it returns how many
+// it started (each holds one slot until it ends).
+func (w *Worker) fetch(ctx context.Context, n int) int {
+	// No context on the fetch: a pull cut short at shutdown could drop a
+	// delivered job until its ack wait ran out. A fetch ends after PollWait.
+	batch, err := w.res.Consumer.Fetch(n, jetstream.FetchMaxWait(w.cfg.PollWait))
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("fetch jobs")
+			sleep(ctx, 250*time.Millisecond)
+		}
+		return 0
+	}
+	started := 0
+	for msg := range batch.Messages() {
+		started++
+		w.runWG.Add(1)
+		go func() {
+			defer w.runWG.Done()
+			defer func() { <-w.sem }()
+			w.handle(msg)
+		}()
+	}
+	if err := batch.Error(); err != nil && ctx.Err() == nil &&
+		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		w.log.Warn().Err(err).Msg("fetch jobs")
+		sleep(ctx, 250*time.Millisecond)
+	}
+	return started
+}
+
+// shutdown hands off every run and waits for the run goroutines, at most
+// ShutdownTimeout.
+func (w *Worker) shutdown() {
+	w.mu.Lock()
+	for _, r := range w.runs {
+		r.stop(ErrShutdown)
+	}
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		w.runWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownTimeout):
+		w.log.Warn().Dur("timeout", w.cfg.ShutdownTimeout).Msg("shutdown timed out; remaining runs are redelivered after the ack wait")
+		w.mu.Lock()
+		for _, r := range w.runs {
+			r.abort()
+		}
+		w.mu.Unlock()
+		<-done
+	}
+}
+
+// keepLeases extends the ack deadline of every job this worker owns, three
+// times per ack wait.
+func (w *Worker) keepLeases(ctx context.Context) {
+	t := time.NewTicker(max(w.ackWait/3, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		msgs := make([]jetstream.Msg, 0, len(w.runs))
+		for _, r := range w.runs {
+			msgs = append(msgs, r.msg)
+		}
+		w.mu.Unlock()
+		for _, m := range msgs {
+			if err := m.InProgress(); err != nil {
+				w.log.Debug().Err(err).Msg("extend job lease")
+			}
+		}
+	}
+}
+
+// register adds r to the runs this worker owns; false if it owns the run
+// already (a redelivery that crossed its own lease).
+func (w *Worker) register(r *run) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.runs[r.id]; ok {
+		return false
+	}
+	w.runs[r.id] = r
+	w.m.runsActive.Inc()
+	return true
+}
+
+func (w *Worker) unregister(r *run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.runs[r.id] == r {
+		delete(w.runs, r.id)
+		w.m.runsActive.Dec()
+	}
+}
+
+func (w *Worker) owned(runID string) *run {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.runs[runID]
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
