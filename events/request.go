@@ -168,7 +168,11 @@ func decodeError(err error, sentinels map[string]error) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
-		return invalid(name, ErrUnknownField, "unknown field %q (not part of the v1 contract)", truncate(name))
+		field := truncate(name)
+		if field == "" {
+			field = "body"
+		}
+		return invalid(field, ErrUnknownField, "unknown field %q (not part of the v1 contract)", truncate(name))
 	}
 	return invalid("body", ErrMalformed, "%s", strings.TrimPrefix(msg, "json: "))
 }

@@ -1,0 +1,140 @@
+package events_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+func TestSubmit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+
+	req := validRequest(events.NewRunID())
+	req.Metadata = map[string]string{"team": "a"}
+	res, err := e.client.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RunID != req.RunID || res.Stream != "FOUNDRYQ_RUNS" || res.Sequence != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	msg, err := e.res.Runs.GetLastMsgForSubject(ctx, e.names.RunSubject(req.RunID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header.Get(jetstream.MsgIDHeader) != req.RunID {
+		t.Errorf("Nats-Msg-Id = %q", msg.Header.Get(jetstream.MsgIDHeader))
+	}
+	got, err := events.DecodeRunMsg(msg.Subject, msg.Data, e.names)
+	if err != nil || got.RunID != req.RunID || got.Metadata["team"] != "a" {
+		t.Fatalf("stored request %+v, %v", got, err)
+	}
+
+	// Second submit of the queued id (same Msg-Id, inside the dedupe window).
+	if _, err := e.client.Submit(ctx, req); !errors.Is(err, events.ErrAlreadyQueued) {
+		t.Fatalf("second submit: %v, want ErrAlreadyQueued", err)
+	}
+	// A publish with another Msg-Id is refused by the stream (10077).
+	m := nats.NewMsg(e.names.RunSubject(req.RunID))
+	m.Data, _ = json.Marshal(req)
+	if _, err := e.js.PublishMsg(ctx, m, jetstream.WithMsgID("other")); err == nil {
+		t.Fatal("stream accepted a second message for a queued run id")
+	}
+	info, _ := e.res.Runs.Info(ctx)
+	if info.State.Msgs != 1 {
+		t.Fatalf("runs stream holds %d messages, want 1", info.State.Msgs)
+	}
+
+	// Once a worker took it (acked), a resubmit within the window is a duplicate.
+	job, err := e.res.Consumer.Next(jetstream.FetchContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Submit(ctx, req); !errors.Is(err, events.ErrDuplicateSubmit) {
+		t.Fatalf("resubmit after take: %v, want ErrDuplicateSubmit", err)
+	}
+}
+
+func TestSubmitAlreadyQueuedAfterDedupeWindow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	req := validRequest("w1")
+	// Another producer queued the run with a different Msg-Id, so only the
+	// per-subject limit (10077) can refuse our submit.
+	m := nats.NewMsg(e.names.RunSubject("w1"))
+	m.Data, _ = json.Marshal(req)
+	if _, err := e.js.PublishMsg(ctx, m, jetstream.WithMsgID("producer-x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Submit(ctx, req); !errors.Is(err, events.ErrAlreadyQueued) {
+		t.Fatalf("err = %v, want ErrAlreadyQueued", err)
+	}
+}
+
+func TestSubmitInvalidPublishesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	bad := []events.RunRequest{
+		{RunID: "x1", Input: []byte(`"hi"`)},
+		{RunID: "x.1", Model: "m", Input: []byte(`"hi"`)},
+		{RunID: "x2", Model: "m"},
+		{RunID: "x3", Model: "m", Input: []byte(`"hi"`), Metadata: map[string]string{"run_id": "x"}},
+		{RunID: "x4", Model: "m", Input: []byte(`"hi"`), Options: map[string]json.RawMessage{"store": []byte("false")}},
+	}
+	for _, r := range bad {
+		_, err := e.client.Submit(ctx, r)
+		var ve *events.ValidationError
+		if !errors.As(err, &ve) {
+			t.Errorf("%+v: err = %v, want a *ValidationError", r, err)
+		}
+	}
+	info, err := e.res.Runs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 || info.State.LastSeq != 0 {
+		t.Fatalf("runs stream state %+v after invalid submits", info.State)
+	}
+}
+
+func TestNewClientConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := events.NewClient(nil, events.ClientConfig{}); err == nil {
+		t.Error("nil conn accepted")
+	}
+	e := setup(t)
+	if _, err := events.NewClient(e.nc, events.ClientConfig{Prefix: "a..b"}); err == nil {
+		t.Error("bad prefix accepted")
+	}
+	if _, err := events.NewClient(e.nc, events.ClientConfig{HeartbeatInterval: -1}); err == nil {
+		t.Error("negative HeartbeatInterval accepted")
+	}
+}
+
+func TestClientState(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	if _, _, err := e.client.State(ctx, "none"); !errors.Is(err, events.ErrStateNotFound) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := e.store.Create(ctx, events.RunState{RunID: "s", Status: events.StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	st, rev, err := e.client.State(ctx, "s")
+	if err != nil || rev == 0 || st.Status != events.StatusRunning {
+		t.Fatalf("%+v %d %v", st, rev, err)
+	}
+}

@@ -1,0 +1,71 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is one embedded server with provisioned resources and a client.
+type env struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	names  events.Names
+	res    events.Resources
+	client *events.Client
+	store  *events.StateStore
+}
+
+// setup starts a server, provisions it and returns a client on it.
+func setup(t *testing.T) *env {
+	t.Helper()
+	_, nc := natsembed.RunTest(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	names := events.Names{}
+	res, err := events.Provision(ctx, js, names, events.ProvisionConfig{})
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	c, err := events.NewClient(nc, events.ClientConfig{HeartbeatInterval: 50 * time.Millisecond, CancelTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{nc: nc, js: js, names: names, res: res, client: c, store: events.NewStateStore(res.State)}
+}
+
+// testCtx is a context that ends with the test or after 20s.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// validRequest returns a request that passes validation.
+func validRequest(runID string) events.RunRequest {
+	return events.RunRequest{RunID: runID, Model: "gpt-4o-mini", Input: []byte(`"hello"`)}
+}

@@ -1,0 +1,146 @@
+package events_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+func TestProvisionConcurrentAndIdempotent(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	n := events.Names{}
+
+	const workers = 8
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for i := range workers {
+		wg.Go(func() { _, errs[i] = events.Provision(ctx, js, n, events.ProvisionConfig{}) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("provisioner %d: %v", i, err)
+		}
+	}
+	res, err := events.Provision(ctx, js, n, events.ProvisionConfig{})
+	if err != nil {
+		t.Fatalf("second provision: %v", err)
+	}
+
+	runs, err := res.Runs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := runs.Config
+	if rc.Name != "FOUNDRYQ_RUNS" || rc.Retention != jetstream.WorkQueuePolicy || rc.Storage != jetstream.FileStorage ||
+		rc.MaxMsgsPerSubject != 1 || rc.Discard != jetstream.DiscardNew || !rc.DiscardNewPerSubject ||
+		rc.Duplicates < 10*time.Minute || len(rc.Subjects) != 1 || rc.Subjects[0] != "foundryq.runs.*" {
+		t.Errorf("runs stream config: %+v", rc)
+	}
+	ev, err := res.Events.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ec := ev.Config; ec.Retention != jetstream.LimitsPolicy || ec.MaxAge != 24*time.Hour || !ec.AllowDirect || ec.Storage != jetstream.FileStorage {
+		t.Errorf("events stream config: %+v", ec)
+	}
+	dead, err := res.Dead.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dc := dead.Config; dc.Name != "FOUNDRYQ_DEAD" || dc.MaxAge != 30*24*time.Hour {
+		t.Errorf("dead stream config: %+v", dc)
+	}
+	ci, err := res.Consumer.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc := ci.Config; cc.Durable != "foundryq-workers" || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != 30*time.Second ||
+		cc.MaxDeliver != 10 || cc.InactiveThreshold != 0 || len(cc.BackOff) != 0 || cc.MaxAckPending != 10000 {
+		t.Errorf("consumer config: %+v", cc)
+	}
+	st, err := res.State.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Bucket() != "foundryq-runs" || st.TTL() != 7*24*time.Hour || st.History() != 1 {
+		t.Errorf("bucket: %s ttl %s history %d", st.Bucket(), st.TTL(), st.History())
+	}
+
+	// A changed setting is applied in place.
+	res, err = events.Provision(ctx, js, n, events.ProvisionConfig{EventsMaxAge: time.Hour, AckWait: time.Minute})
+	if err != nil {
+		t.Fatalf("provision with new settings: %v", err)
+	}
+	if ev, _ := res.Events.Info(ctx); ev.Config.MaxAge != time.Hour {
+		t.Errorf("events MaxAge = %s after update", ev.Config.MaxAge)
+	}
+	if ci, _ := res.Consumer.Info(ctx); ci.Config.AckWait != time.Minute {
+		t.Errorf("AckWait = %s after update", ci.Config.AckWait)
+	}
+}
+
+func TestProvisionConfigValidation(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	tests := []struct {
+		setting string
+		cfg     events.ProvisionConfig
+	}{
+		{"Replicas", events.ProvisionConfig{Replicas: 7}},
+		{"EventsMaxAge", events.ProvisionConfig{EventsMaxAge: time.Millisecond}},
+		{"EventsDuplicates", events.ProvisionConfig{EventsMaxAge: time.Minute, EventsDuplicates: time.Hour}},
+		{"Duplicates", events.ProvisionConfig{Duplicates: time.Minute}},
+		{"AckWait", events.ProvisionConfig{AckWait: time.Millisecond}},
+		{"MaxDeliver", events.ProvisionConfig{MaxDeliver: -2}},
+		{"MaxAckPending", events.ProvisionConfig{MaxAckPending: -5}},
+		{"StateTTL", events.ProvisionConfig{StateTTL: -time.Hour}},
+		{"DeadMaxAge", events.ProvisionConfig{DeadMaxAge: -time.Hour}},
+	}
+	for _, tt := range tests {
+		_, err := events.Provision(ctx, js, events.Names{}, tt.cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.setting) {
+			t.Errorf("%s: err = %v, want one naming the setting", tt.setting, err)
+		}
+	}
+	if _, err := js.Stream(ctx, "FOUNDRYQ_RUNS"); err == nil {
+		t.Error("a stream was created despite a bad config")
+	}
+}
+
+func TestProvisionPrefix(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	js, _ := jetstream.New(nc)
+	ctx := testCtx(t)
+	a, _ := events.NewNames("tenant_a.fq")
+	b, _ := events.NewNames("tenant_b.fq")
+	for _, n := range []events.Names{a, b} {
+		if _, err := events.Provision(ctx, js, n, events.ProvisionConfig{}); err != nil {
+			t.Fatalf("%s: %v", n.Prefix, err)
+		}
+	}
+	if _, err := js.Stream(ctx, "TENANT_A_FQ_EVENTS"); err != nil {
+		t.Error(err)
+	}
+	if _, err := js.KeyValue(ctx, "tenant_b_fq-runs"); err != nil {
+		t.Error(err)
+	}
+}
