@@ -129,7 +129,9 @@ const errCodeMaxMsgsPerSubject jetstream.ErrorCode = 10077
 // request returns a *ValidationError and publishes nothing. A run id that
 // is still queued gives ErrAlreadyQueued; one submitted within the dedupe
 // window and taken since gives ErrDuplicateSubmit. Submit never generates
-// a run id: use NewRunID.
+// a run id: use NewRunID. On a dedupe hit (ErrAlreadyQueued or
+// ErrDuplicateSubmit with a non-zero result) the result holds the first
+// publish's sequence.
 func (c *Client) Submit(ctx context.Context, req RunRequest) (SubmitResult, error) {
 	if err := req.Validate(); err != nil {
 		return SubmitResult{}, err
@@ -183,8 +185,12 @@ func (c *Client) queued(ctx context.Context, runID string) (bool, error) {
 // itself so that the worker that takes the run applies it, and answers:
 // cancelling if the run is queued or its state is not finished,
 // already_finished if the state is finished, not_found if neither exists.
-// A reply carrying an error gives the reply and an error wrapping
-// ErrCancelFailed. reason is free text ("" is sent as no reason).
+// When no state exists but the run is queued, the recorded state has
+// status "queued" and the cancel record; otherwise the stored state keeps
+// all its fields and gains the cancel record (compare-and-set), unless it
+// already has one. A reply carrying an error gives the reply and an error
+// wrapping ErrCancelFailed. reason is free text ("" is sent as no reason
+// and recorded as ReasonRequested).
 func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply, error) {
 	if !ValidRunID(runID) {
 		return CancelReply{}, fmt.Errorf("events: cancel run %q: %w", runID, ErrBadRunID)
