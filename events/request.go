@@ -86,6 +86,9 @@ func DecodeRunRequest(data []byte) (RunRequest, error) {
 	if err := decodeStrict(data, &r, requestFieldSentinels); err != nil {
 		return RunRequest{}, err
 	}
+	if err := checkExactKeys(data, requestFields, map[string]map[string]bool{"agent": agentFields}); err != nil {
+		return RunRequest{}, err
+	}
 	r.compact()
 	if err := r.Validate(); err != nil {
 		return r, err
@@ -125,6 +128,67 @@ var requestFieldSentinels = map[string]error{
 	"timeout_seconds":              ErrBadTimeout,
 	"cancel_on_disconnect_seconds": ErrBadCancelOnDisconnect,
 	"options":                      ErrBadOptions,
+}
+
+var (
+	requestFields = map[string]bool{
+		"run_id": true, "model": true, "agent": true, "input": true, "instructions": true, "tools": true,
+		"metadata": true, "max_output_tokens": true, "timeout_seconds": true, "cancel_on_disconnect_seconds": true,
+		"options": true,
+	}
+	agentFields = map[string]bool{"name": true, "version": true}
+)
+
+// checkExactKeys refuses keys that encoding/json would match only
+// case-insensitively ("Model") and keys given twice, in the top-level
+// object and in the named nested objects. data is known to be valid JSON.
+func checkExactKeys(data []byte, known map[string]bool, nested map[string]map[string]bool) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		return invalid("body", ErrMalformed, "want a JSON object")
+	}
+	if err := scanKeys(data, "", known); err != nil {
+		return err
+	}
+	for name, fields := range nested {
+		if v, ok := top[name]; ok && isObject(v) {
+			if err := scanKeys(v, name+".", fields); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func scanKeys(obj []byte, path string, known map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // '{'
+		return invalid("body", ErrMalformed, "want a JSON object")
+	}
+	seen := make(map[string]bool, len(known))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return invalid("body", ErrMalformed, "malformed JSON")
+		}
+		key, _ := tok.(string)
+		field := path + truncate(key)
+		if key == "" {
+			field = "body"
+		}
+		if !known[key] {
+			return invalid(field, ErrUnknownField, "unknown field %q (not part of the v1 contract; names are lowercase)", truncate(key))
+		}
+		if seen[key] {
+			return invalid(field, ErrMalformed, "field given twice")
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return invalid(field, ErrMalformed, "malformed JSON")
+		}
+	}
+	return nil
 }
 
 // decodeStrict decodes one JSON value into v, refusing unknown fields and

@@ -41,6 +41,9 @@ func TestDecodeRunRequest(t *testing.T) {
 		{"array body", `[1]`, events.ErrMalformed, "body"},
 		{"trailing data", `{"run_id":"r1","model":"m","input":"x"} {}`, events.ErrMalformed, "body"},
 		{"unknown field", `{"run_id":"r1","model":"m","input":"x","temperature":1}`, events.ErrUnknownField, "temperature"},
+		{"field in capitals", `{"run_id":"r1","MODEL":"m","input":"x"}`, events.ErrUnknownField, "MODEL"},
+		{"field given twice", `{"run_id":"r1","model":"m","model":"n","input":"x"}`, events.ErrMalformed, "model"},
+		{"agent field in capitals", `{"run_id":"r1","agent":{"Name":"a"},"input":"x"}`, events.ErrUnknownField, "agent.Name"},
 		{"unknown agent field", `{"run_id":"r1","agent":{"name":"a","id":"x"},"input":"x"}`, events.ErrUnknownField, "id"},
 
 		{"no run_id", `{"model":"m","input":"x"}`, events.ErrBadRunID, "run_id"},

@@ -44,8 +44,8 @@ type RunState struct {
 	Cancel         *CancelRecord `json:"cancel,omitempty"`  // set once a cancel was requested
 	Terminal       EventType     `json:"terminal,omitempty"`
 	UpstreamStatus string        `json:"upstream_status,omitempty"`
-	CreatedAt      time.Time     `json:"created_at"`
-	UpdatedAt      time.Time     `json:"updated_at"`
+	CreatedAt      time.Time     `json:"created_at,omitzero"`
+	UpdatedAt      time.Time     `json:"updated_at,omitzero"`
 	StartedAt      *time.Time    `json:"started_at,omitempty"`
 	FinishedAt     *time.Time    `json:"finished_at,omitempty"`
 }
