@@ -102,6 +102,14 @@ func (h *Handler) newResponse(cr *createRequest, sc scenario) *response {
 	if cr.background {
 		r.status = statusQueued
 	}
+	// Size the event log for the scripted tokens (capped), so that a fast
+	// generation does not spend its time growing it.
+	tokens := sc.tokens
+	if cr.maxOutput > 0 && cr.maxOutput < tokens {
+		tokens = cr.maxOutput
+	}
+	r.buf = make([]byte, 0, min(8<<10+tokens*(len(deltaFrameOverhead)+len(r.msgID)+16), 4<<20))
+	r.ends = make([]int, 0, min(tokens+16, 1<<16))
 	var instr []byte
 	if cr.instructions != nil {
 		instr = []byte(*cr.instructions)

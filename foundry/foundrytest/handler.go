@@ -239,6 +239,9 @@ func (h *Handler) sweepLocked(now time.Time) {
 	for id, r := range h.responses {
 		r.mu.Lock()
 		expired := r.closed && !r.finishedAt.IsZero() && now.Sub(r.finishedAt) > ret
+		if expired {
+			r.releaseLocked()
+		}
 		r.mu.Unlock()
 		if expired {
 			delete(h.responses, id)
@@ -271,6 +274,7 @@ func (h *Handler) Stats() Stats {
 		ToolCallsAborted:                  s.toolAborted.Load(),
 		ActiveGenerations:                 s.active.Load(),
 		OpenStreams:                       s.openStreams.Load(),
+		PeakOpenStreams:                   s.peakStreams.Load(),
 		ResponsesByRun:                    map[string]int64{},
 		Statuses:                          map[string]string{},
 	}

@@ -33,6 +33,7 @@ type response struct {
 	// after unlocking.
 	buf         []byte
 	ends        []int
+	events      int           // len(ends), kept after the log is released
 	wake        chan struct{} // made by a waiting follower, closed by the next append
 	closed      bool          // the log is complete
 	stopped     bool          // emit nothing more (cancel, delete, failure, close)
@@ -82,6 +83,7 @@ func (r *response) appendEventLocked(typ string, v any) {
 // the followers.
 func (r *response) endEventLocked() {
 	r.ends = append(r.ends, len(r.buf))
+	r.events++
 	r.notifyLocked()
 }
 
@@ -100,6 +102,13 @@ func (r *response) closeLogLocked() {
 	r.closed = true
 	close(r.done)
 	r.notifyLocked()
+}
+
+// releaseLocked drops the event log of a forgotten response (its record
+// stays, for Records). Followers still writing keep their own slice of it.
+func (r *response) releaseLocked() {
+	r.buf, r.ends = nil, nil
+	r.createdObj = nil
 }
 
 // stopLocked makes the generation stop at its next step and interrupts its
@@ -227,7 +236,7 @@ func (r *response) attach() {
 	r.attached++
 	r.detached = false
 	r.mu.Unlock()
-	r.h.stats.openStreams.Add(1)
+	r.h.stats.streamOpened()
 }
 
 // detach unregisters a stream; lost reports that it went away before the end
@@ -275,7 +284,7 @@ func (r *response) record() ResponseRecord {
 		FinishedAt:            r.finishedAt,
 		CancelledAt:           r.cancelledAt,
 		DisconnectedAt:        r.disconnectedAt,
-		Events:                len(r.ends),
+		Events:                r.events,
 		Tokens:                r.tokens,
 		TokensAfterCancel:     r.tokensAfterCancel,
 		TokensAfterDisconnect: r.tokensAfterDisconnect,

@@ -92,6 +92,7 @@ func (h *Handler) handleDelete(w http.ResponseWriter, req *http.Request) {
 	r.deleted = true
 	r.stopLocked()
 	r.closeLogLocked()
+	r.releaseLocked()
 	r.mu.Unlock()
 	h.remove(r)
 	writeJSON(w, http.StatusOK, deletedObject{ID: id, Object: "response", Deleted: true})

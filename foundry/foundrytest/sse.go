@@ -3,6 +3,7 @@ package foundrytest
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"strconv"
 )
 
@@ -15,6 +16,10 @@ func appendFrame(dst []byte, typ string, data []byte) []byte {
 	dst = append(dst, data...)
 	return append(dst, "\n\n"...)
 }
+
+// deltaFrameOverhead is the fixed part of a delta frame, for sizing.
+const deltaFrameOverhead = "event: " + evTextDelta + "\ndata: {\"type\":\"" + evTextDelta +
+	"\",\"sequence_number\":,\"item_id\":\"\",\"output_index\":,\"content_index\":0,\"delta\":\"\",\"logprobs\":[]}\n\n"
 
 // appendDeltaFrame appends a response.output_text.delta frame whose delta is
 // the i-th token of seed, without reflection or allocation: this is the hot
@@ -57,7 +62,7 @@ const (
 func (r *response) follow(ctx context.Context, w http.ResponseWriter, from, limit int) followEnd {
 	rc := http.NewResponseController(w)
 	i := from
-	wrote := false
+	wrote, yielded := false, false
 	for {
 		r.mu.Lock()
 		total := len(r.ends)
@@ -89,7 +94,7 @@ func (r *response) follow(ctx context.Context, w http.ResponseWriter, from, limi
 			if _, err := w.Write(chunk); err != nil {
 				return endGone
 			}
-			wrote = true
+			wrote, yielded = true, false
 			i = n
 			continue
 		case complete:
@@ -106,6 +111,14 @@ func (r *response) follow(ctx context.Context, w http.ResponseWriter, from, limi
 			}
 			return endCut
 		}
+		if !yielded {
+			// Caught up with a live generation: let it run before paying
+			// for a flush, so that a fast generation is sent in batches.
+			yielded = true
+			runtime.Gosched()
+			continue
+		}
+		yielded = false
 		if wrote && rc.Flush() != nil {
 			return endGone
 		}

@@ -48,6 +48,8 @@ type Stats struct {
 	ActiveGenerations int64 `json:"active_generations"`
 	// OpenStreams is the number of SSE streams being served now.
 	OpenStreams int64 `json:"open_streams"`
+	// PeakOpenStreams is the largest OpenStreams seen.
+	PeakOpenStreams int64 `json:"peak_open_streams"`
 	// Statuses maps every response id held (not deleted) to its status.
 	Statuses map[string]string `json:"statuses"`
 }
@@ -68,6 +70,14 @@ type counters struct {
 	toolAborted           atomic.Int64
 	active                atomic.Int64
 	openStreams           atomic.Int64
+	peakStreams           atomic.Int64
+}
+
+// streamOpened counts an SSE stream opened and keeps the peak.
+func (c *counters) streamOpened() {
+	n := c.openStreams.Add(1)
+	for p := c.peakStreams.Load(); n > p && !c.peakStreams.CompareAndSwap(p, n); p = c.peakStreams.Load() {
+	}
 }
 
 // ResponseRecord is the emulator's view of one response.

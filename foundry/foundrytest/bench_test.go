@@ -1,0 +1,202 @@
+package foundrytest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// benchEnv reads an integer knob of the benchmark from the environment.
+func benchEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkEmulatorThroughput holds FOUNDRYQ_BENCH_STREAMS (2000) concurrent
+// background streaming responses with zero token delay and counts the
+// response.output_text.delta events clients receive. b.N is the number of
+// deltas to deliver; each stream carries FOUNDRYQ_BENCH_TOKENS (250) and
+// is deleted when read, and each client opens the next one, so the
+// concurrency holds for the whole run. Reported: deltas/s, the peak number
+// of streams open at once, and MB/s of SSE. FOUNDRYQ_BENCH_MIN_DELTAS makes
+// it fail below that rate.
+//
+//	go test -run '^$' -bench EmulatorThroughput -benchtime 4000000x ./foundry/foundrytest/
+func BenchmarkEmulatorThroughput(b *testing.B) {
+	streams := benchEnv("FOUNDRYQ_BENCH_STREAMS", 2000)
+	tokens := benchEnv("FOUNDRYQ_BENCH_TOKENS", 250)
+	srv := NewServer(Config{})
+	defer srv.Close()
+	var dials atomic.Int64
+	dialer := &net.Dialer{}
+	tr := &http.Transport{MaxIdleConns: 2 * streams, MaxIdleConnsPerHost: 2 * streams, DisableCompression: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return dialer.DialContext(ctx, network, addr)
+		}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	body := []byte(fmt.Sprintf(`{"model":"bench","input":"go","background":true,"store":true,"stream":true,`+
+		`"metadata":{"run_id":"bench","emu_tokens":"%d","emu_token_ms":"0"}}`, tokens))
+
+	perStream := max(1, b.N/tokens)
+	total := max(streams, perStream) // responses to read in all
+	var next, open, peak, received, bytesRead atomic.Int64
+	var failed atomic.Value
+	start := make(chan struct{})
+	// The first stream of every client waits, after its first event, until
+	// all clients have one open: all of them are held at once.
+	var allOpen sync.WaitGroup
+	allOpen.Add(streams)
+	var wg sync.WaitGroup
+	for w := 0; w < streams; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rd := bufio.NewReaderSize(nil, 64<<10)
+			<-start
+			barrier := &allOpen
+			for next.Add(1) <= int64(total) {
+				n, size, err := benchStream(client, srv, body, rd, &open, &peak, barrier)
+				barrier = nil
+				if err == nil && n != tokens {
+					err = fmt.Errorf("stream carried %d deltas, want %d", n, tokens)
+				}
+				if err != nil {
+					failed.Store(err)
+					if barrier != nil {
+						barrier.Done()
+					}
+					return
+				}
+				received.Add(int64(n))
+				bytesRead.Add(size)
+			}
+		}()
+	}
+	b.ResetTimer()
+	cpuBefore := cpuTime()
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(began)
+	cpu := cpuTime() - cpuBefore
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	rate := float64(received.Load()) / elapsed.Seconds()
+	b.ReportMetric(rate, "deltas/s")
+	b.ReportMetric(float64(peak.Load()), "streams")
+	b.ReportMetric(float64(dials.Load()), "dials")
+	b.ReportMetric(float64(srv.Stats().PeakOpenStreams), "server-peak-streams")
+	b.ReportMetric(float64(bytesRead.Load())/elapsed.Seconds()/1e6, "MB/s")
+	// The machine may be shared: CPU time per delta (server and client
+	// together) says what the emulator costs whatever else runs.
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(received.Load()), "cpu-ns/delta")
+	if peak.Load() < int64(streams) {
+		b.Fatalf("only %d streams were open at once, want %d", peak.Load(), streams)
+	}
+	if floor := benchEnv("FOUNDRYQ_BENCH_MIN_DELTAS", 0); floor > 0 && rate < float64(floor) {
+		b.Fatalf("%.0f deltas/s, want at least %d", rate, floor)
+	}
+	if st := srv.Stats(); st.OpenStreams != 0 || st.TokensGenerated < received.Load() {
+		b.Fatalf("%d streams still open, %d tokens generated", st.OpenStreams, st.TokensGenerated)
+	}
+}
+
+var (
+	deltaLine    = []byte("event: " + evTextDelta + "\n")
+	completeLine = []byte("event: " + evCompleted + "\n")
+	idPrefix     = []byte(`"id":"`)
+)
+
+// benchStream opens one stream, counts its delta frames reading raw lines
+// (so the client costs little), checks it ends with response.completed and
+// deletes the response. The peak of concurrently open streams is tracked.
+func benchStream(client *http.Client, srv *Server, body []byte, rd *bufio.Reader, open, peak *atomic.Int64, barrier *sync.WaitGroup) (int, int64, error) {
+	req, err := http.NewRequestWithContext(context.Background(), "POST", srv.BaseURL()+"responses", bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("create: %s", resp.Status)
+	}
+	if n := open.Add(1); n > peak.Load() {
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+	}
+	defer open.Add(-1)
+	rd.Reset(resp.Body)
+	var id string
+	deltas, completed := 0, false
+	var size int64
+	for {
+		line, err := rd.ReadSlice('\n')
+		size += int64(len(line))
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return deltas, size, err
+		}
+		if barrier != nil && len(line) == 1 { // end of the first frame
+			barrier.Done()
+			barrier.Wait()
+			barrier = nil
+		}
+		switch {
+		case bytes.Equal(line, deltaLine):
+			deltas++
+		case bytes.Equal(line, completeLine):
+			completed = true
+		case id == "" && bytes.HasPrefix(line, []byte("data: ")):
+			if i := bytes.Index(line, idPrefix); i >= 0 {
+				rest := line[i+len(idPrefix):]
+				id = string(rest[:bytes.IndexByte(rest, '"')])
+			}
+		}
+	}
+	if !completed || !strings.HasPrefix(id, "resp_") {
+		return deltas, size, fmt.Errorf("stream of %q ended without response.completed", id)
+	}
+	del, err := http.NewRequest("DELETE", srv.BaseURL()+"responses/"+id, nil)
+	if err != nil {
+		return deltas, size, err
+	}
+	dresp, err := client.Do(del)
+	if err != nil {
+		return deltas, size, err
+	}
+	_, _ = io.Copy(io.Discard, dresp.Body)
+	dresp.Body.Close()
+	return deltas, size, nil
+}
+
+// cpuTime is the user+system CPU time used by the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
