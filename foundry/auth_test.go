@@ -3,8 +3,8 @@ package foundry
 import (
 	"context"
 	"errors"
-	"strings"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,4 +222,3 @@ func TestEnvironmentDoesNotLeak(t *testing.T) {
 		}
 	}
 }
-

@@ -1,0 +1,101 @@
+package foundry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestSSEReader(t *testing.T) {
+	t.Parallel()
+	in := ": comment\n" +
+		"event: a\ndata: 1\n\n" +
+		"\n\n" + // blank lines without data dispatch nothing
+		"data:2\ndata:  3\n\n" + // no space after colon; second space kept
+		"event: ignored\n\n" + // name without data: reset
+		"id: 5\nretry: 100\nfoo: bar\ndata\n\n" + // "data" without colon: empty value
+		"data: cr\r\rdata: crlf\r\n\r\n" +
+		"data: unterminated"
+	r := newSSEReader(strings.NewReader(in))
+	type ev struct{ name, data string }
+	var got []ev
+	for {
+		name, data, err := r.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ev{string(name), string(data)})
+	}
+	want := []ev{{"a", "1"}, {"", "2\n 3"}, {"", ""}, {"", "cr"}, {"", "crlf"}}
+	if len(got) != len(want) {
+		t.Fatalf("events = %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("event %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
+// endless yields n bytes of 'a' and then EOF.
+type endless struct{ n int }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.n <= 0 {
+		return 0, io.EOF
+	}
+	k := min(len(p), e.n)
+	for i := range p[:k] {
+		p[i] = 'a'
+	}
+	e.n -= k
+	return k, nil
+}
+
+func TestStreamLineTooLong(t *testing.T) {
+	t.Parallel()
+	body := io.NopCloser(io.MultiReader(strings.NewReader("data: "), &endless{n: MaxLineSize + 1}))
+	s := newStream(context.Background(), &http.Response{Body: body}, "resp_big", -1)
+	if s.Next() {
+		t.Fatal("Next = true")
+	}
+	if !errors.Is(s.Err(), ErrLineTooLong) || errors.Is(s.Err(), ErrStreamTruncated) {
+		t.Errorf("Err = %v, want ErrLineTooLong only", s.Err())
+	}
+}
+
+// FuzzStream feeds arbitrary bytes to the SSE reader and event decoder: they must
+// never panic, and a stream ends either with a terminal event and no error or
+// with an error.
+func FuzzStream(f *testing.F) {
+	f.Add([]byte("event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"r\",\"status\":\"queued\",\"output\":[{\"type\":\"message\",\"content\":[{\"type\":\"output_text\",\"text\":\"x\"}]}]}}\n\n"))
+	f.Add([]byte("data: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"hi\"}\n\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"id\":\"r\",\"status\":\"completed\",\"usage\":{\"input_tokens\":1}}}\n\n"))
+	f.Add([]byte("data: {\"error\":{\"code\":1,\"message\":\"m\"}}\n\n"))
+	f.Add([]byte("data: {\"type\":\"error\",\"code\":null,\"message\":\"m\",\"sequence_number\":3}\r\n\r\n"))
+	f.Add([]byte("data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"mcp_call\",\"error\":{\"m\":1},\"output\":[1]}}\n\n"))
+	f.Add([]byte(": c\r\rdata: [DONE]\n\n"))
+	f.Add([]byte("data: {\"type\":\"x\",\"sequence_number\":1e400}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		res := &http.Response{Body: io.NopCloser(strings.NewReader(string(body)))}
+		s := newStream(context.Background(), res, "", -1)
+		defer s.Close()
+		for i := 0; s.Next(); i++ {
+			ev := s.Event()
+			if ev.Type == "" {
+				t.Fatal("event without a type")
+			}
+			if i > len(body) {
+				t.Fatal("more events than bytes")
+			}
+		}
+		if s.Terminal() != (s.Err() == nil) {
+			t.Fatalf("Terminal = %v with Err = %v", s.Terminal(), s.Err())
+		}
+	})
+}
