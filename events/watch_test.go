@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,8 +233,9 @@ func TestWatchHeartbeats(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
-	var beats atomic.Int64
-	sub, err := e.nc.Subscribe(e.names.WatchSubject("hb"), func(*nats.Msg) { beats.Add(1) })
+	// A synchronous subscription: after a Flush every message the server
+	// sent before it sits in the subscription's queue.
+	sub, err := e.nc.SubscribeSync(e.names.WatchSubject("hb"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,9 +243,20 @@ func TestWatchHeartbeats(t *testing.T) {
 	if err := e.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	pending := func() int {
+		t.Helper()
+		if err := e.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := sub.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 
 	w := e.client.Watch(ctx, "hb", events.WatchOptions{HeartbeatInterval: 20 * time.Millisecond})
-	waitFor(t, 5*time.Second, "3 heartbeats", func() bool { return beats.Load() >= 3 })
+	waitFor(t, 5*time.Second, "3 heartbeats", func() bool { return pending() >= 3 })
 
 	// Next blocks (no events); Close unblocks it.
 	nextErr := make(chan error, 1)
@@ -262,31 +273,32 @@ func TestWatchHeartbeats(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not unblock Next")
 	}
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
+	// Drop what was sent before Close returned, then expect silence.
+	for n := pending(); n > 0; n-- {
+		if _, err := sub.NextMsg(time.Second); err != nil {
+			t.Fatal(err)
+		}
 	}
-	after := beats.Load()
 	time.Sleep(100 * time.Millisecond) // 5 intervals: no heartbeat may arrive
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if n := beats.Load(); n != after {
-		t.Fatalf("%d heartbeats after Close", n-after)
+	if n := pending(); n != 0 {
+		t.Fatalf("%d heartbeats after Close", n)
 	}
 	if err := w.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
 
 	// NoHeartbeat sends none.
-	var quiet atomic.Int64
-	sub2, _ := e.nc.Subscribe(e.names.WatchSubject("quiet"), func(*nats.Msg) { quiet.Add(1) })
-	defer func() { _ = sub2.Unsubscribe() }()
+	quiet, err := e.nc.SubscribeSync(e.names.WatchSubject("quiet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = quiet.Unsubscribe() }()
 	w2 := e.client.Watch(ctx, "quiet", events.WatchOptions{NoHeartbeat: true})
 	time.Sleep(100 * time.Millisecond)
 	_ = w2.Close()
 	_ = e.nc.Flush()
-	if quiet.Load() != 0 {
-		t.Fatalf("%d heartbeats with NoHeartbeat", quiet.Load())
+	if n, _, _ := quiet.Pending(); n != 0 {
+		t.Fatalf("%d heartbeats with NoHeartbeat", n)
 	}
 }
 
@@ -315,5 +327,33 @@ func TestWatchBadRunID(t *testing.T) {
 	defer w.Close()
 	if _, err := w.Next(testCtx(t)); !errors.Is(err, events.ErrBadRunID) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestWatchHeartbeatsStopAtTerminal(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	sub, err := e.nc.SubscribeSync(e.names.WatchSubject("hbend"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	p := &publisher{t: t, e: e, runID: "hbend"}
+	p.publish(events.RunEvent{Type: events.TypeRunStarted})
+	p.publish(events.RunEvent{Type: events.TypeRunCompleted, Status: "completed"})
+
+	w := e.client.Watch(ctx, "hbend", events.WatchOptions{HeartbeatInterval: 10 * time.Millisecond})
+	defer w.Close()
+	if got := readAll(t, w); len(got) != 2 {
+		t.Fatalf("got %d events", len(got))
+	}
+	// Heartbeats ended with the terminal event, before Close.
+	_ = e.nc.Flush()
+	n0, _, _ := sub.Pending()
+	time.Sleep(60 * time.Millisecond)
+	_ = e.nc.Flush()
+	if n1, _, _ := sub.Pending(); n1 != n0 {
+		t.Fatalf("%d heartbeats after the terminal event", n1-n0)
 	}
 }
