@@ -103,112 +103,105 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 
 // answerCancel records a cancel request durably, then acts on it:
 //   - unknown run: not_found;
-//   - finished run: already_finished, with its terminal event type;
-//   - queued run (no worker took it yet): the run is ended here as
+//   - finished run: already_finished, with its terminal event type (or
+//     cancelled again, if it was cancelled before it started);
+//   - queued run (no worker owns it): the run is ended here as
 //     run.cancelled, its job deleted, and the answer is cancelled;
 //   - running run: the cancel is recorded, Foundry's cancel is called if the
 //     response id is known (the owner calls it the moment the id arrives
 //     otherwise), and the answer is cancelling.
-func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest) events.CancelReply {
+func (w *Worker) answerCancel(ctx context.Context, runID string, _ events.CancelRequest) events.CancelReply {
 	reply := events.CancelReply{RunID: runID}
-	for range 5 {
-		now := time.Now().UTC()
-		st, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
-			if s.Finished() {
-				return errFinished
-			}
-			if s.Cancel == nil {
-				s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, At: now}
-				s.UpdatedAt = now
-			}
-			return nil
-		})
-		switch {
-		case errors.Is(err, errFinished):
-			st, _, err := w.states.Get(ctx, runID)
-			if err != nil {
-				reply.Error = err.Error()
-				return reply
-			}
-			reply.Result = events.CancelAlreadyFinished
-			if st.Terminal == events.TypeRunCancelled && st.ResponseID == "" {
-				reply.Result = events.CancelCancelled // the same answer as the first time
-			}
-			reply.Terminal = st.Terminal
-			reply.UpstreamStatus = st.UpstreamStatus
-			return reply
-		case errors.Is(err, events.ErrStateNotFound):
-			result, err := w.cancelQueued(ctx, runID, now)
-			if errors.Is(err, events.ErrStateExists) {
-				continue // a worker took the run meanwhile: cancel it as running
-			}
-			if err != nil {
-				reply.Error = err.Error()
-				return reply
-			}
-			reply.Result = result
-			return reply
-		case err != nil:
-			reply.Error = fmt.Sprintf("record cancel: %v", err)
-			return reply
-		}
-		reply.Result = events.CancelCancelling
-		if st.ResponseID != "" {
-			resp, err := w.up.Cancel(ctx, st.ResponseID)
-			switch {
-			case err == nil:
-				reply.UpstreamStatus = resp.Status
-			case errors.Is(err, foundry.ErrNotFound):
-				reply.UpstreamStatus = "not_found"
-			default:
-				w.m.upstreamErrors.WithLabelValues("cancel").Inc()
-				w.log.Warn().Err(err).Str("run_id", runID).Str("response_id", st.ResponseID).Msg("cancel upstream; the owner retries")
-			}
-		}
+	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		reply.Error = fmt.Sprintf("look up the run's job: %v", err)
 		return reply
 	}
-	reply.Error = "run state kept changing; try again"
+	now := time.Now().UTC()
+	var notFound, endHere bool
+	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
+		notFound, endHere = false, false
+		switch {
+		case exists && s.Finished():
+			return errFinished
+		case !exists && job == nil:
+			notFound = true
+			return events.ErrSkipUpdate
+		case !exists || s.Status == events.StatusQueued:
+			// Nobody owns the run. Claiming it as cancelled means no worker
+			// will ever start it: a worker's claim sees it finished.
+			endHere = true
+			s.Status, s.Terminal, s.Owner, s.FinishedAt = events.StatusCancelled, events.TypeRunCancelled, w.cfg.WorkerID, &now
+		}
+		if s.Cancel == nil {
+			s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, At: now}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errFinished):
+		reply.Result = events.CancelAlreadyFinished
+		if st.Terminal == events.TypeRunCancelled && st.ResponseID == "" {
+			reply.Result = events.CancelCancelled // the answer it got the first time
+		}
+		reply.Terminal = st.Terminal
+		reply.UpstreamStatus = st.UpstreamStatus
+		return reply
+	case err != nil:
+		reply.Error = fmt.Sprintf("record cancel: %v", err)
+		return reply
+	case notFound:
+		reply.Result = events.CancelNotFound
+		return reply
+	case endHere:
+		if err := w.endQueued(ctx, runID, job); err != nil {
+			reply.Error = err.Error()
+			return reply
+		}
+		reply.Result = events.CancelCancelled
+		return reply
+	}
+	reply.Result = events.CancelCancelling
+	if st.ResponseID != "" {
+		resp, err := w.up.Cancel(ctx, st.ResponseID)
+		switch {
+		case err == nil:
+			reply.UpstreamStatus = resp.Status
+		case errors.Is(err, foundry.ErrNotFound):
+			reply.UpstreamStatus = "not_found"
+		default:
+			w.m.upstreamErrors.WithLabelValues("cancel").Inc()
+			w.log.Warn().Err(err).Str("run_id", runID).Str("response_id", st.ResponseID).Msg("cancel upstream; the owner retries")
+		}
+	}
 	return reply
 }
 
-// cancelQueued ends a run that no worker has taken: it claims the run in the
-// state bucket as cancelled (so no worker ever starts it), publishes
-// run.cancelled and deletes the job. It returns events.ErrStateExists if a
-// worker claimed the run first.
-func (w *Worker) cancelQueued(ctx context.Context, runID string, now time.Time) (events.CancelResult, error) {
-	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return events.CancelNotFound, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("look up queued run: %w", err)
-	}
-	_, err = w.states.Create(ctx, events.RunState{
-		RunID: runID, Status: events.StatusCancelled, Terminal: events.TypeRunCancelled,
-		Cancel:    &events.CancelRecord{Reason: events.ReasonRequested, At: now},
-		CreatedAt: now, UpdatedAt: now, FinishedAt: &now, Owner: w.cfg.WorkerID,
-	})
-	if err != nil {
-		return "", err
-	}
+// endQueued publishes run.cancelled for a run that was claimed as cancelled
+// before any worker started it, and deletes its job.
+func (w *Worker) endQueued(ctx context.Context, runID string, job *jetstream.RawStreamMsg) error {
 	pos, err := w.tail(ctx, runID)
 	if err != nil {
-		return "", err
+		return err
 	}
-	rel := newRelay(w.js, w.res.Events, w.names, runID, pos, w.m)
-	rel.add(events.RunEvent{Type: events.TypeRunCancelled, Reason: events.ReasonRequested, Usage: &events.Usage{}}, -1)
-	rel.close()
-	rel.run(ctx, func(error) {})
-	if err := rel.flush(ctx); err != nil {
-		return "", fmt.Errorf("publish run.cancelled: %w", err)
+	if !pos.Type.Terminal() {
+		rel := newRelay(w.js, w.res.Events, w.names, runID, pos, w.m)
+		rel.add(events.RunEvent{Type: events.TypeRunCancelled, Reason: events.ReasonRequested, Usage: &events.Usage{}}, -1)
+		rel.close()
+		rel.run(ctx, func(error) {})
+		if err := rel.flush(ctx); err != nil {
+			return fmt.Errorf("publish run.cancelled: %w", err)
+		}
 	}
-	if err := w.res.Runs.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		// A worker that pulls it finds the run finished and acks it.
-		w.log.Warn().Err(err).Str("run_id", runID).Msg("delete the cancelled job")
+	if job != nil {
+		if err := w.res.Runs.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			// A worker that pulls it finds the run finished and acks it.
+			w.log.Warn().Err(err).Str("run_id", runID).Msg("delete the cancelled job")
+		}
 	}
 	w.m.runsCancelled.WithLabelValues(events.ReasonRequested).Inc()
 	w.m.runsFinished.WithLabelValues(string(events.TypeRunCancelled)).Inc()
-	return events.CancelCancelled, nil
+	return nil
 }
 
 // cancel stops a running run server-side: record the cancel, call

@@ -135,6 +135,19 @@ func (e *env) waitProvisioned() {
 	})
 }
 
+// waitRunsEmpty waits until every job is acked.
+func (e *env) waitRunsEmpty() {
+	e.t.Helper()
+	eventually(e.t, 10*time.Second, "the runs stream to be empty", func() bool {
+		s, err := e.js.Stream(context.Background(), "FOUNDRYQ_RUNS")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	})
+}
+
 func (e *env) submit(req events.RunRequest) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

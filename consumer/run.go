@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -294,22 +293,18 @@ func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus strin
 // truth; a failure here is logged and repaired by the next delivery.
 func (r *run) markFinished(t events.EventType, upstreamStatus string) {
 	now := time.Now().UTC()
-	_, err := r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
+	_, err := r.w.states.Upsert(r.hard, r.id, func(s *events.RunState, exists bool) error {
+		if !exists {
+			s.Owner, s.Attempt = r.w.cfg.WorkerID, r.attempt
+		}
 		s.Status = statusOf(t)
 		s.Terminal = t
 		if upstreamStatus != "" {
 			s.UpstreamStatus = upstreamStatus
 		}
-		s.UpdatedAt = now
 		s.FinishedAt = &now
 		return nil
 	})
-	if errors.Is(err, events.ErrStateNotFound) {
-		_, err = r.w.states.Create(r.hard, events.RunState{
-			RunID: r.id, Status: statusOf(t), Terminal: t, Owner: r.w.cfg.WorkerID, Attempt: r.attempt,
-			UpstreamStatus: upstreamStatus, CreatedAt: now, UpdatedAt: now, FinishedAt: &now,
-		})
-	}
 	if err != nil {
 		r.log.Error().Err(err).Msg("record the run's end in the state bucket")
 	}
@@ -332,52 +327,28 @@ var errFinished = errors.New("run already finished")
 
 // claim records this worker as the run's owner.
 func (r *run) claim() (events.RunState, error) {
-	for range 5 {
-		now := time.Now().UTC()
-		st, err := r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
-			if s.Finished() {
-				return errFinished
-			}
-			s.Status = events.StatusRunning
-			s.Owner = r.w.cfg.WorkerID
-			s.Attempt = r.attempt
-			s.UpdatedAt = now
-			if s.StartedAt == nil {
-				s.StartedAt = &now
-			}
-			return nil
-		})
-		if !errors.Is(err, events.ErrStateNotFound) {
-			return st, err
+	now := time.Now().UTC()
+	return r.w.states.Upsert(r.hard, r.id, func(s *events.RunState, _ bool) error {
+		if s.Finished() {
+			return errFinished
 		}
-		st = events.RunState{
-			RunID: r.id, Status: events.StatusRunning, Owner: r.w.cfg.WorkerID, Attempt: r.attempt,
-			CreatedAt: now, UpdatedAt: now, StartedAt: &now,
+		s.Status = events.StatusRunning
+		s.Owner = r.w.cfg.WorkerID
+		s.Attempt = r.attempt
+		if s.StartedAt == nil {
+			s.StartedAt = &now
 		}
-		if _, err := r.w.states.Create(r.hard, st); err == nil {
-			return st, nil
-		} else if !errors.Is(err, events.ErrStateExists) {
-			return st, err
-		}
-	}
-	return events.RunState{}, fmt.Errorf("consumer: claim run %s: state kept changing", r.id)
+		return nil
+	})
 }
 
 // saveResponseID records the Foundry response id before anything else
 // happens with it, so that a cancel or a new owner can reach the response.
 func (r *run) saveResponseID(id string) {
-	var err error
-	for attempt := range 5 {
-		_, err = r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
-			s.ResponseID = id
-			s.UpdatedAt = time.Now().UTC()
-			return nil
-		})
-		if err == nil || r.hard.Err() != nil {
-			break
-		}
-		sleep(r.hard, time.Duration(attempt+1)*50*time.Millisecond)
-	}
+	_, err := r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
+		s.ResponseID = id
+		return nil
+	})
 	if err != nil {
 		r.log.Error().Err(err).Str("response_id", id).Msg("save the response id in the state bucket")
 	}

@@ -34,13 +34,7 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 
 	// The job is acked (the work queue is empty) and the state says completed.
-	eventually(t, 5*time.Second, "job acked", func() bool {
-		s, err := e.js.Stream(context.Background(), "FOUNDRYQ_RUNS")
-		return err == nil && s.CachedInfo() != nil && func() bool {
-			info, err := s.Info(context.Background())
-			return err == nil && info.State.Msgs == 0
-		}()
-	})
+	e.waitRunsEmpty()
 	st, _, err := e.client.State(context.Background(), "e2e-1")
 	if err != nil {
 		t.Fatal(err)
@@ -178,18 +172,12 @@ func TestSubmitTwice(t *testing.T) {
 
 	// A resubmit of the finished id that reaches the queue (published past
 	// the dedupe window, here without a message id) is acked and ignored.
+	e.waitRunsEmpty()
 	data, _ := json.Marshal(request("twice-1", map[string]string{"emu_tokens": "5"}))
 	if _, err := e.js.Publish(ctx, "foundryq.runs.twice-1", data); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "resubmitted job acked", func() bool {
-		s, err := e.js.Stream(ctx, "FOUNDRYQ_RUNS")
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(ctx)
-		return err == nil && info.State.Msgs == 0
-	})
+	e.waitRunsEmpty()
 	again := e.collect("twice-1", 5*time.Second)
 	if len(again) != len(first) {
 		t.Fatalf("finished run got %d events after the resubmit, had %d", len(again), len(first))
