@@ -35,7 +35,7 @@ func TestCancelDuringText(t *testing.T) {
 	t.Parallel()
 	srv, c := setup(t, Config{})
 	n := 0
-	_, resp, evs := openUntil(t, srv, c, createBody("cancel-text", true, true, map[string]string{KeyTokens: "100000", KeyTokenMS: "2"}),
+	s, resp, evs := openUntil(t, srv, c, createBody("cancel-text", true, true, map[string]string{KeyTokens: "100000", KeyTokenMS: "2"}),
 		func(ev wireEvent) bool {
 			if ev.Type == evTextDelta {
 				n++
@@ -51,7 +51,8 @@ func TestCancelDuringText(t *testing.T) {
 
 	// The follower sees the events emitted before the cancel, then a clean
 	// end with no terminal event.
-	rest, err := readAll(t, resp.Body)
+	defer resp.Body.Close()
+	rest, err := s.rest()
 	if err != nil {
 		t.Fatalf("stream after cancel ended with %v", err)
 	}
@@ -83,14 +84,14 @@ func TestCancelDuringText(t *testing.T) {
 func TestCancelAbortsToolCall(t *testing.T) {
 	t.Parallel()
 	srv, c := setup(t, Config{})
-	_, resp, evs := openUntil(t, srv, c, createBody("cancel-tool", true, true, map[string]string{KeyToolMS: "600000"}),
+	s, resp, evs := openUntil(t, srv, c, createBody("cancel-tool", true, true, map[string]string{KeyToolMS: "600000"}),
 		func(ev wireEvent) bool { return ev.Type == evMCPArgsDone })
 	defer resp.Body.Close()
 	got := cancelResp(t, srv, c, evs[0].Response.ID, http.StatusOK)
 	if got.Status != statusCancelled || len(got.Output) != 1 || got.Output[0].Status != statusIncomplete || got.Output[0].Output != nil {
 		t.Fatalf("cancel: %+v", got)
 	}
-	if rest, err := readAll(t, resp.Body); err != nil || len(rest) != 0 {
+	if rest, err := s.rest(); err != nil || len(rest) != 0 {
 		t.Fatalf("after cancel: %v %v", types(rest), err)
 	}
 	waitFor(t, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
@@ -132,14 +133,15 @@ func TestCancelRules(t *testing.T) {
 func TestCompleteDespiteCancel(t *testing.T) {
 	t.Parallel()
 	srv, c := setup(t, Config{})
-	_, resp, evs := openUntil(t, srv, c,
+	s, resp, evs := openUntil(t, srv, c,
 		createBody("stubborn", true, true, map[string]string{KeyCompleteDespiteCancel: "1", KeyToolMS: "30", KeyTokens: "20", KeyTokenMS: "1"}),
 		func(ev wireEvent) bool { return ev.Type == evMCPArgsDone })
 	id := evs[0].Response.ID
 	if got := cancelResp(t, srv, c, id, http.StatusOK); got.Status != statusCancelled {
 		t.Fatalf("cancel: %+v", got)
 	}
-	rest, err := readAll(t, resp.Body)
+	defer resp.Body.Close()
+	rest, err := s.rest()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,3 +181,28 @@ func TestServerURLs(t *testing.T) {
 	srv.Close()
 	srv.Close()
 }
+
+func TestServerCloseWithOpenStreams(t *testing.T) {
+	t.Parallel()
+	srv := NewServer(Config{})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	ctx := testCtx(t)
+	var bodies []*http.Response
+	for _, bg := range []bool{true, false} {
+		body := createBody("closing", bg, true, map[string]string{KeyTokens: "100000", KeyTokenMS: "5", KeyToolMS: "1"})
+		resp := do(t, ctx, c, "POST", srv.BaseURL()+"responses", body)
+		if _, err := newSSEReader(resp.Body).next(); err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, resp)
+	}
+	srv.Close() // must end the generations and the streams, and wait for them
+	for _, resp := range bodies {
+		_, _ = readAll(t, resp.Body)
+	}
+	if st := srv.Stats(); st.ActiveGenerations != 0 || st.OpenStreams != 0 {
+		t.Fatalf("after Close: %+v", st)
+	}
+}

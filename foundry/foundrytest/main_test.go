@@ -273,7 +273,11 @@ func (s *sseReader) next() (wireEvent, error) {
 func readAll(t *testing.T, body io.ReadCloser) ([]wireEvent, error) {
 	t.Helper()
 	defer body.Close()
-	s := newSSEReader(body)
+	return newSSEReader(body).rest()
+}
+
+// rest reads the remaining events of s (see readAll).
+func (s *sseReader) rest() ([]wireEvent, error) {
 	var evs []wireEvent
 	for {
 		ev, err := s.next()
