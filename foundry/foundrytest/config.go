@@ -29,7 +29,8 @@ type Config struct {
 	ResumeWindow time.Duration
 
 	// DefaultTokens is the number of text tokens generated when the request
-	// has no emu_tokens metadata key. Default 20.
+	// has no emu_tokens metadata key. Default (and when 0) 20; a request can
+	// still ask for an empty message with emu_tokens=0.
 	DefaultTokens int
 
 	// DefaultTokenDelay is the pause between two text tokens when the

@@ -482,3 +482,17 @@ func TestToolFailureThenText(t *testing.T) {
 		t.Fatalf("generation should go on after a failed tool call: %s", last.Raw)
 	}
 }
+
+func TestCreateDropAfterForegroundEndsIt(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	evs, err := createStream(t, srv, c, createBody("drop-fg", false, true, map[string]string{KeyTokens: "100000", KeyTokenMS: "2", KeyDropAfter: "6"}))
+	if !errors.Is(err, io.ErrUnexpectedEOF) || len(evs) != 6 {
+		t.Fatalf("%d events, then %v; want 6 then a cut", len(evs), err)
+	}
+	id := evs[0].Response.ID
+	waitFor(t, "the generation to end at its next write", func() bool { return record(t, srv, id).Status == statusCancelled })
+	if rec := record(t, srv, id); rec.Tokens >= 100000 || rec.TokensAfterDisconnect != 1 {
+		t.Fatalf("record: %+v", rec)
+	}
+}

@@ -20,6 +20,9 @@
 //	DELETE /openai/v1/responses/{id}              forget a response (stops its generation)
 //	GET    /_emulator/stats                       Stats as JSON (no key needed)
 //
+// Other paths answer 404 and other methods on these paths 405, with the
+// error body below; an api-version query parameter is accepted and ignored.
+//
 // With Config.APIKey set, /openai/ routes need the "api-key" header or
 // "Authorization: Bearer <key>"; otherwise 401. Errors use the real body
 // shape {"error":{"message","type","param","code"}}.
@@ -81,23 +84,17 @@
 //
 // Each create request scripts its response through metadata (string values):
 //
-//	| key                         | meaning                                                                          | default                  |
-//	|-----------------------------|----------------------------------------------------------------------------------|--------------------------|
-//	| emu_tokens                  | number of text tokens (output_text.delta events) to generate                    | Config.DefaultTokens (20) |
-//	| emu_token_ms                | pause before each token, in ms                                                   | Config.DefaultTokenDelay (0) |
-//	| emu_tool_ms                 | one MCP tool call lasting this many ms before the text; server_label from the    | no tool call             |
-//	|                             | first "type":"mcp" tool of the request (else "emulator"), name from its          |                          |
-//	|                             | allowed_tools (else "emulator_tool")                                             |                          |
-//	| emu_tool_fail               | 1: the tool call fails (response.mcp_call.failed, item error); text follows      | 0                        |
-//	| emu_created_ms              | pause before the first event (response.created); the response already exists    | 0                        |
-//	|                             | and can be cancelled by id; the create's HTTP headers are held back until then   |                          |
-//	| emu_fail_after              | after this many events, emit response.failed (error server_error) and stop        | never                    |
-//	| emu_drop_after              | cut the create stream's connection (no terminal chunk: unexpected EOF) after     | never                    |
-//	|                             | this many events; a background response goes on (resume works)                   |                          |
-//	| emu_create_status           | answer the create with this HTTP status (400-599) and a real error body; 429     | normal create            |
-//	|                             | adds "Retry-After: 1"; no response is created                                     |                          |
-//	| emu_complete_despite_cancel | 1: cancel answers "cancelled" but generation goes on and the response ends        | 0                        |
-//	|                             | "completed" (seen on Azure)                                                       |                          |
+//	| key | meaning | default |
+//	|---|---|---|
+//	| emu_tokens | number of text tokens (response.output_text.delta events) to generate | Config.DefaultTokens (20) |
+//	| emu_token_ms | pause before each token (so also before the first), in ms | Config.DefaultTokenDelay (0) |
+//	| emu_tool_ms | one MCP tool call lasting this many ms before the text; server_label from the first "type":"mcp" tool of the request (else "emulator"), name from its allowed_tools (else "emulator_tool") | no tool call |
+//	| emu_tool_fail | 1: the tool call fails (response.mcp_call.failed, item status failed with an error object); the text follows | 0 |
+//	| emu_created_ms | pause before the first event (response.created); the response already exists server-side and can be cancelled by id; the create's HTTP headers are held back until then | 0 |
+//	| emu_fail_after | after this many events, emit response.failed (error code server_error) and stop | never |
+//	| emu_drop_after | cut the create stream's connection after this many events (no final chunk: the client sees an unexpected EOF); a background response goes on and can be resumed, a foreground one ends at its next write | never |
+//	| emu_create_status | answer the create with this HTTP status (400-599) and a real error body; 429 adds "Retry-After: 1"; no response is created | normal create |
+//	| emu_complete_despite_cancel | 1: cancel answers "cancelled" but the generation goes on and the response ends "completed" (seen on Azure) | 0 |
 //
 // Invalid values get 400 naming the key. Generated text is deterministic:
 // words picked by a hash of the model or agent, instructions, input and

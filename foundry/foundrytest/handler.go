@@ -82,9 +82,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // Close stops every generation at once (responses in progress keep their
 // status; their streams end after the last event emitted) and waits for the
-// generation goroutines. Later requests get 503. Close does not wait for
-// streams being written: close the listener's connections (http.Server.Close
-// or Shutdown) for that; Server.Close does both. Close is idempotent.
+// generation goroutines. Later requests get 503. Close does not wait for the
+// requests being served: when serving with an http.Server, call Close first,
+// then Shutdown (every stream ends once Close returns, so Shutdown does not
+// wait on them). Server.Close does both. Close is idempotent.
 func (h *Handler) Close() {
 	h.mu.Lock()
 	h.closed = true
@@ -140,10 +141,7 @@ func (h *Handler) handleUnknown(w http.ResponseWriter, req *http.Request) {
 		errUnauthorized().write(w)
 		return
 	}
-	rest, isResponses := strings.CutPrefix(p, "/openai/v1/responses")
-	known := isResponses && (rest == "" ||
-		(strings.Count(rest, "/") == 1 && len(rest) > 1) ||
-		(strings.Count(rest, "/") == 2 && strings.HasSuffix(rest, "/cancel") && len(rest) > len("//cancel")))
+	known := knownRoute(p)
 	if known {
 		e := &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
 			message: "Method " + req.Method + " is not allowed for this resource."}
@@ -152,6 +150,22 @@ func (h *Handler) handleUnknown(w http.ResponseWriter, req *http.Request) {
 	}
 	(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "404",
 		message: "Resource not found"}).write(w)
+}
+
+// knownRoute reports whether p is one of the emulator's /responses paths
+// (so that a wrong method gets 405 rather than 404).
+func knownRoute(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/openai/v1/responses")
+	switch {
+	case !ok:
+		return false
+	case rest == "":
+		return true
+	case !strings.HasPrefix(rest, "/"):
+		return false
+	}
+	parts := strings.Split(rest[1:], "/")
+	return parts[0] != "" && (len(parts) == 1 || (len(parts) == 2 && parts[1] == "cancel"))
 }
 
 // handleStats serves Stats as JSON.

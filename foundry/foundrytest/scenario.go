@@ -5,22 +5,35 @@ import (
 	"time"
 )
 
-// Metadata keys that script a response. They are documented in the package
-// doc; the values are decimal strings as metadata values are strings.
+// Metadata keys that script a response (see the package doc). Values are
+// decimal strings, as metadata values are strings.
 const (
-	KeyTokens                = "emu_tokens"
-	KeyTokenMS               = "emu_token_ms"
-	KeyToolMS                = "emu_tool_ms"
-	KeyCreatedMS             = "emu_created_ms"
-	KeyFailAfter             = "emu_fail_after"
-	KeyDropAfter             = "emu_drop_after"
-	KeyCreateStatus          = "emu_create_status"
-	KeyToolFail              = "emu_tool_fail"
+	// KeyTokens is the number of text tokens to generate.
+	KeyTokens = "emu_tokens"
+	// KeyTokenMS is the pause before each token, in milliseconds.
+	KeyTokenMS = "emu_token_ms"
+	// KeyToolMS adds one MCP tool call of that many milliseconds before the text.
+	KeyToolMS = "emu_tool_ms"
+	// KeyCreatedMS delays the first event (response.created) by that many milliseconds.
+	KeyCreatedMS = "emu_created_ms"
+	// KeyFailAfter emits response.failed after that many events.
+	KeyFailAfter = "emu_fail_after"
+	// KeyDropAfter cuts the create stream's connection after that many events.
+	KeyDropAfter = "emu_drop_after"
+	// KeyCreateStatus answers the create with that HTTP error status.
+	KeyCreateStatus = "emu_create_status"
+	// KeyToolFail, set to 1, makes the tool call fail.
+	KeyToolFail = "emu_tool_fail"
+	// KeyCompleteDespiteCancel, set to 1, lets the response complete after an
+	// accepted cancel.
 	KeyCompleteDespiteCancel = "emu_complete_despite_cancel"
-	defaultToolName          = "emulator_tool"
-	defaultServerLabel       = "emulator"
-	toolDisabled             = time.Duration(-1)
-	noLimit                  = -1
+)
+
+const (
+	defaultToolName    = "emulator_tool"
+	defaultServerLabel = "emulator"
+	toolDisabled       = time.Duration(-1)
+	noLimit            = -1
 )
 
 // scenario is what the metadata of one create request scripts.
