@@ -38,8 +38,8 @@ type Event struct {
 	Text           string // output_text.done: the full text of the part
 	ItemID         string
 	OutputIndex    int
-	Response       *Response   // response.created/queued/in_progress/completed/failed/incomplete
-	Item           *OutputItem // response.output_item.added/done
+	Response       *Response   // response.created/queued/in_progress/completed/failed/incomplete (never nil on these)
+	Item           *OutputItem // response.output_item.added/done (never nil on these)
 	Code           string      // type "error"
 	Message        string      // type "error"
 	Param          string      // type "error"
@@ -130,10 +130,13 @@ func decodeEvent(name, data []byte, ev *Event) error {
 	*ev = Event{Raw: data}
 	var w wireEvent
 	if err := json.Unmarshal(data, &w); err != nil {
+		// A field of an unexpected type is tolerated (the rest still decodes:
+		// losing a usage figure beats losing the terminal event), except where the
+		// relay depends on it: the type, the text of a known delta, and
+		// sequence_number (whose decoder fails with a non-type error).
 		var typeErr *json.UnmarshalTypeError
-		// Tolerate odd field types in events we do not interpret; the fields that
-		// did decode are kept.
-		if !errors.As(err, &typeErr) || knownEvent(w.Type) || w.Type == "" {
+		if !errors.As(err, &typeErr) || typeErr.Field == "" || typeErr.Field == "type" ||
+			(typeErr.Field == "delta" && knownEvent(w.Type)) {
 			return fmt.Errorf("%w: %s: %v", ErrMalformedEvent, eventLabel(name, w.Type), err)
 		}
 	}
@@ -167,10 +170,14 @@ func decodeEvent(name, data []byte, ev *Event) error {
 	}
 	if w.Response != nil {
 		ev.Response = w.Response.response()
+	} else if status, ok := lifecycleStatus[w.Type]; ok {
+		ev.Response = &Response{Status: status} // never nil on lifecycle events
 	}
 	if w.Item != nil {
 		it := w.Item.item()
 		ev.Item = &it
+	} else if w.Type == EventOutputItemAdded || w.Type == EventOutputItemDone {
+		ev.Item = &OutputItem{}
 	}
 	return nil
 }
@@ -183,6 +190,14 @@ func eventLabel(name []byte, typ string) string {
 		return string(name)
 	}
 	return "event"
+}
+
+// lifecycleStatus is the status implied by a lifecycle event type, used when the
+// event carries no response object, so that Event.Response is never nil on them.
+var lifecycleStatus = map[string]string{
+	EventCreated: "", EventQueued: StatusQueued, EventInProgress: StatusInProgress,
+	EventCompleted: StatusCompleted, EventFailed: StatusFailed, EventIncomplete: StatusIncomplete,
+	EventCancelled: StatusCancelled,
 }
 
 // knownEvent reports whether foundryq reads fields of this event type, in which

@@ -90,6 +90,12 @@ func FuzzStream(f *testing.F) {
 			if ev.Type == "" {
 				t.Fatal("event without a type")
 			}
+			if _, ok := lifecycleStatus[ev.Type]; ok && ev.Response == nil {
+				t.Fatalf("%s without Response", ev.Type)
+			}
+			if (ev.Type == EventOutputItemAdded || ev.Type == EventOutputItemDone) && ev.Item == nil {
+				t.Fatalf("%s without Item", ev.Type)
+			}
 			if i > len(body) {
 				t.Fatal("more events than bytes")
 			}

@@ -160,6 +160,32 @@ data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_x","
 			wantErr: ErrMalformedEvent, wantSeq: 0, wantHasSeq: true,
 		},
 		{
+			name:    "wrong delta type in a delta event",
+			body:    created + `data: {"type":"response.output_text.delta","sequence_number":1,"delta":5}` + "\n\n",
+			wantErr: ErrMalformedEvent, wantSeq: 0, wantHasSeq: true,
+		},
+		{
+			name:         "odd nested field type does not lose the terminal event",
+			body:         created + `data: {"type":"response.completed","sequence_number":1,"response":{"id":"resp_x","status":"completed","metadata":{"k":1},"usage":{"input_tokens":"2","output_tokens":3}}}` + "\n\n",
+			wantTerminal: true, wantSeq: 1, wantHasSeq: true,
+			check: func(t *testing.T, s *Stream, err error) {
+				r := s.Event().Response
+				if err != nil || r == nil || r.Status != StatusCompleted || r.Usage == nil || r.Usage.OutputTokens != 3 {
+					t.Errorf("err = %v, response = %+v", err, r)
+				}
+			},
+		},
+		{
+			name:         "terminal event without a response object",
+			body:         created + `data: {"type":"response.incomplete","sequence_number":1}` + "\n\n",
+			wantTerminal: true, wantSeq: 1, wantHasSeq: true,
+			check: func(t *testing.T, s *Stream, err error) {
+				if r := s.Event().Response; r == nil || r.Status != StatusIncomplete {
+					t.Errorf("response = %+v", r)
+				}
+			},
+		},
+		{
 			name:    "odd field type in an unknown event passes",
 			body:    created + `data: {"type":"response.future.thing","sequence_number":1,"delta":{"x":1}}` + "\n\n",
 			wantErr: ErrStreamTruncated, wantSeq: 1, wantHasSeq: true,
