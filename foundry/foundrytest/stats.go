@@ -82,12 +82,16 @@ func (c *counters) streamOpened() {
 
 // ResponseRecord is the emulator's view of one response.
 type ResponseRecord struct {
-	ID         string `json:"id"`
-	RunID      string `json:"run_id,omitempty"` // metadata.run_id
-	Status     string `json:"status"`
-	Background bool   `json:"background"`
-	Stream     bool   `json:"stream"`
-	Store      bool   `json:"store"`
+	// ID is the response id (resp_...).
+	ID string `json:"id"`
+	// RunID is metadata.run_id of the create request ("" if none).
+	RunID string `json:"run_id,omitempty"`
+	// Status is the current status, as GET would show it.
+	Status string `json:"status"`
+	// Background, Stream and Store echo the create request's flags.
+	Background bool `json:"background"`
+	Stream     bool `json:"stream"`
+	Store      bool `json:"store"`
 	// CreatedAt is when the create was accepted (created_at).
 	CreatedAt time.Time `json:"created_at"`
 	// FinishedAt is when the response reached its final status (zero if not).
@@ -98,8 +102,10 @@ type ResponseRecord struct {
 	DisconnectedAt time.Time `json:"disconnected_at"`
 	// Events is the number of stream events emitted so far.
 	Events int `json:"events"`
-	// Tokens is the number of text tokens generated so far.
-	Tokens                int `json:"tokens"`
+	// Tokens is the number of text tokens generated so far (usage.output_tokens).
+	Tokens int `json:"tokens"`
+	// TokensAfterCancel and TokensAfterDisconnect are this response's share
+	// of the Stats counters of the same name.
 	TokensAfterCancel     int `json:"tokens_after_cancel"`
 	TokensAfterDisconnect int `json:"tokens_after_disconnect"`
 	// StreamsAttached is the number of SSE streams following it now.
