@@ -45,8 +45,9 @@ func BenchmarkDecodeDelta(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(deltaData)))
 		var ev Event
+		var w wireEvent
 		for b.Loop() {
-			if err := decodeEvent(nil, deltaData, &ev); err != nil || ev.Delta != " world" || !ev.HasSeq {
+			if err := decodeEventInto(nil, deltaData, &ev, &w); err != nil || ev.Delta != " world" || !ev.HasSeq {
 				b.Fatal(err, ev)
 			}
 		}

@@ -127,9 +127,16 @@ func (o *optInt64) UnmarshalJSON(data []byte) error {
 // SSE event name, used when the JSON has no type. A top-level error frame
 // returns an *APIError; undecodable data returns an error wrapping ErrMalformedEvent.
 func decodeEvent(name, data []byte, ev *Event) error {
-	*ev = Event{Raw: data}
 	var w wireEvent
-	if err := json.Unmarshal(data, &w); err != nil {
+	return decodeEventInto(name, data, ev, &w)
+}
+
+// decodeEventInto is decodeEvent with a caller-owned scratch wireEvent, which
+// saves an allocation per event on the hot path.
+func decodeEventInto(name, data []byte, ev *Event, w *wireEvent) error {
+	*ev = Event{Raw: data}
+	*w = wireEvent{}
+	if err := json.Unmarshal(data, w); err != nil {
 		// A field of an unexpected type is tolerated (the rest still decodes:
 		// losing a usage figure beats losing the terminal event), except where the
 		// relay depends on it: the type, the text of a known delta, and

@@ -27,6 +27,7 @@ type Stream struct {
 	stopAfter func() bool // stops the context.AfterFunc that closes body
 
 	ev         Event
+	wire       wireEvent // decode scratch
 	err        error
 	done       bool
 	terminal   bool
@@ -64,7 +65,7 @@ func (s *Stream) Next() bool {
 		s.finish(s.truncated(nil))
 		return false
 	}
-	if err := decodeEvent(name, data, &s.ev); err != nil {
+	if err := decodeEventInto(name, data, &s.ev, &s.wire); err != nil {
 		var apiErr *APIError
 		if errors.As(err, &apiErr) {
 			apiErr.ResponseID = s.responseID
