@@ -105,3 +105,31 @@ func FuzzStream(f *testing.F) {
 		}
 	})
 }
+
+func TestStreamStopsWithBufferedEvents(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("data: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"x\"}\n\n", 10)
+	mk := func(ctx context.Context) *Stream {
+		return newStream(ctx, &http.Response{Body: io.NopCloser(strings.NewReader(body))}, "resp_b", -1)
+	}
+
+	s := mk(context.Background())
+	if !s.Next() {
+		t.Fatal(s.Err())
+	}
+	s.Close()
+	if s.Next() || s.Err() != nil {
+		t.Errorf("after Close: Next = true or Err = %v", s.Err())
+	}
+
+	cause := errors.New("stop")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	s = mk(ctx)
+	if !s.Next() {
+		t.Fatal(s.Err())
+	}
+	cancel(cause)
+	if s.Next() || !errors.Is(s.Err(), cause) {
+		t.Errorf("after cancel: Err = %v", s.Err())
+	}
+}

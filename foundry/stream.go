@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 )
 
 // Stream reads the events of one response stream (from Create or Resume).
@@ -36,8 +37,7 @@ type Stream struct {
 	responseID string
 
 	closeOnce sync.Once
-	closeMu   sync.Mutex
-	closed    bool
+	closed    atomic.Bool // Close was called
 }
 
 // newStream takes ownership of res.Body. The body is closed when ctx is done so
@@ -54,6 +54,14 @@ func newStream(ctx context.Context, res *http.Response, responseID string, after
 // Next advances to the next event and reports whether there is one.
 func (s *Stream) Next() bool {
 	if s.done {
+		return false
+	}
+	if s.closed.Load() {
+		s.finish(nil)
+		return false
+	}
+	if s.ctx.Err() != nil {
+		s.finish(context.Cause(s.ctx))
 		return false
 	}
 	name, data, err := s.sse.next()
@@ -112,9 +120,7 @@ func (s *Stream) ResponseID() string { return s.responseID }
 // Close releases the connection. It does not cancel the response on the server
 // (use Client.Cancel). It is safe to call more than once and from any goroutine.
 func (s *Stream) Close() error {
-	s.closeMu.Lock()
-	s.closed = true
-	s.closeMu.Unlock()
+	s.closed.Store(true)
 	s.stopAfter()
 	return s.closeBody()
 }
@@ -137,10 +143,7 @@ func (s *Stream) endError(err error) error {
 	if s.ctx.Err() != nil {
 		return context.Cause(s.ctx)
 	}
-	s.closeMu.Lock()
-	closed := s.closed
-	s.closeMu.Unlock()
-	if closed {
+	if s.closed.Load() {
 		return nil
 	}
 	if errors.Is(err, ErrLineTooLong) {
