@@ -134,7 +134,7 @@ func TestCompleteDespiteCancel(t *testing.T) {
 	t.Parallel()
 	srv, c := setup(t, Config{})
 	s, resp, evs := openUntil(t, srv, c,
-		createBody("stubborn", true, true, map[string]string{KeyCompleteDespiteCancel: "1", KeyToolMS: "30", KeyTokens: "20", KeyTokenMS: "1"}),
+		createBody("stubborn", true, true, map[string]string{KeyCompleteDespiteCancel: "1", KeyToolMS: "500", KeyTokens: "20", KeyTokenMS: "1"}),
 		func(ev wireEvent) bool { return ev.Type == evMCPArgsDone })
 	id := evs[0].Response.ID
 	if got := cancelResp(t, srv, c, id, http.StatusOK); got.Status != statusCancelled {

@@ -220,7 +220,7 @@ func TestCreateDropAfterBackgroundGoesOn(t *testing.T) {
 	t.Parallel()
 	srv, c := setup(t, Config{})
 	ctx := testCtx(t)
-	evs, err := createStream(t, srv, c, createBody("drop", true, true, map[string]string{KeyTokens: "30", KeyTokenMS: "1", KeyDropAfter: "8"}))
+	evs, err := createStream(t, srv, c, createBody("drop", true, true, map[string]string{KeyTokens: "30", KeyTokenMS: "5", KeyDropAfter: "8"}))
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("stream ended with %v, want an unexpected EOF (cut connection)", err)
 	}
@@ -378,7 +378,7 @@ func TestBackgroundRunsWithoutClient(t *testing.T) {
 	srv, c := setup(t, Config{})
 	ctx := testCtx(t)
 	resp := do(t, ctx, c, "POST", srv.BaseURL()+"responses",
-		createBody("gone", true, true, map[string]string{KeyTokens: "400", KeyTokenMS: "2", KeyToolMS: "20"}))
+		createBody("gone", true, true, map[string]string{KeyTokens: "400", KeyTokenMS: "1", KeyToolMS: "800"}))
 	s := newSSEReader(resp.Body)
 	ev, err := s.next()
 	if err != nil {
