@@ -40,10 +40,11 @@
 // # Streams
 //
 // The SSE body is read by this package rather than by openai-go's ssestream,
-// and each event is decoded into the small Event struct: on a
-// response.output_text.delta this is about 5x faster and allocates about 20x
-// less than ssestream with responses.ResponseStreamEventUnion
-// (BenchmarkDecodeDelta). A Stream ends after its terminal event
+// and each event is decoded into the small Event struct. On a
+// response.output_text.delta, SSE framing plus decode costs 336 B in 8
+// allocations against 13 KB in 45 for ssestream with
+// responses.ResponseStreamEventUnion, and runs 5-7x faster
+// (go test -run '^$' -bench DecodeDelta ./foundry/). A Stream ends after its terminal event
 // (response.completed, response.failed, response.incomplete or error); its Err
 // says why it ended otherwise. Closing a stream does not cancel the response:
 // background responses run on until Cancel.
