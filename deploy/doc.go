@@ -1,0 +1,19 @@
+// Package deploy holds foundryq's deployment files and the tests that run
+// them in containers. It has no Go API: the package exists so that
+// `go test ./...` includes the container tests.
+//
+// Files:
+//
+//	Dockerfile             foundryq image, FROM scratch (binary built by build-images.sh)
+//	nats/Dockerfile        nats-server image, FROM scratch
+//	nats/nats-server.conf  NATS with JetStream, monitoring and the worker/client users
+//	nats/dev.conf          NATS with JetStream and no authentication (docker-compose.yml)
+//	build-images.sh        builds the static binaries and both images locally
+//	k8s/                   worker Deployment, KEDA ScaledObject, Helm values for NATS
+//
+// The container tests build both images FROM scratch with build-images.sh
+// (no registry is needed), start NATS, the Foundry emulator and two workers
+// on one Docker network, and drive runs from the test process as the
+// "client" NATS user. They skip when no Docker engine answers, unless
+// FOUNDRYQ_REQUIRE_DOCKER=1, and are skipped by go test -short.
+package deploy
