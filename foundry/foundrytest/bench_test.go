@@ -32,13 +32,56 @@ func benchEnv(name string, def int) int {
 // deltas to deliver; each stream carries FOUNDRYQ_BENCH_TOKENS (250) and
 // is deleted when read, and each client opens the next one, so the
 // concurrency holds for the whole run. Reported: deltas/s, the peak number
-// of streams open at once, and MB/s of SSE. FOUNDRYQ_BENCH_MIN_DELTAS makes
-// it fail below that rate.
+// of streams open at once (client side and server side), MB/s of SSE, and
+// the CPU time per delta of server and client together (the machine may be
+// shared). FOUNDRYQ_BENCH_MIN_DELTAS makes it fail below that rate.
 //
 //	go test -run '^$' -bench EmulatorThroughput -benchtime 4000000x ./foundry/foundrytest/
 func BenchmarkEmulatorThroughput(b *testing.B) {
 	streams := benchEnv("FOUNDRYQ_BENCH_STREAMS", 2000)
 	tokens := benchEnv("FOUNDRYQ_BENCH_TOKENS", 250)
+	res, err := measureThroughput(streams, tokens, max(streams, b.N/tokens), b.ResetTimer)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate := float64(res.deltas) / res.elapsed.Seconds()
+	b.ReportMetric(rate, "deltas/s")
+	b.ReportMetric(float64(res.peak), "streams")
+	b.ReportMetric(float64(res.serverPeak), "server-peak-streams")
+	b.ReportMetric(float64(res.dials), "dials")
+	b.ReportMetric(float64(res.bytes)/res.elapsed.Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(res.cpu.Nanoseconds())/float64(res.deltas), "cpu-ns/delta")
+	if floor := benchEnv("FOUNDRYQ_BENCH_MIN_DELTAS", 0); floor > 0 && rate < float64(floor) {
+		b.Fatalf("%.0f deltas/s, want at least %d", rate, floor)
+	}
+}
+
+// TestThroughputHarness runs the benchmark's harness small, so that it is
+// checked by every test run.
+func TestThroughputHarness(t *testing.T) {
+	t.Parallel()
+	res, err := measureThroughput(50, 30, 200, func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.deltas != 200*30 || res.peak != 50 || res.dials < 50 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+// throughput is what measureThroughput saw.
+type throughput struct {
+	deltas, bytes           int64
+	peak, serverPeak, dials int64
+	elapsed, cpu            time.Duration
+}
+
+// measureThroughput reads total streams of tokens deltas each through
+// streams concurrent clients. The first stream of every client waits, after
+// its first event, until all clients have one open, so that all of them are
+// held at once. begin is called just before the clients start.
+func measureThroughput(streams, tokens, total int, begin func()) (throughput, error) {
 	srv := NewServer(Config{})
 	defer srv.Close()
 	var dials atomic.Int64
@@ -53,34 +96,28 @@ func BenchmarkEmulatorThroughput(b *testing.B) {
 	body := []byte(fmt.Sprintf(`{"model":"bench","input":"go","background":true,"store":true,"stream":true,`+
 		`"metadata":{"run_id":"bench","emu_tokens":"%d","emu_token_ms":"0"}}`, tokens))
 
-	perStream := max(1, b.N/tokens)
-	total := max(streams, perStream) // responses to read in all
 	var next, open, peak, received, bytesRead atomic.Int64
 	var failed atomic.Value
 	start := make(chan struct{})
-	// The first stream of every client waits, after its first event, until
-	// all clients have one open: all of them are held at once.
-	var allOpen sync.WaitGroup
+	var allOpen, wg sync.WaitGroup
 	allOpen.Add(streams)
-	var wg sync.WaitGroup
 	for w := 0; w < streams; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			arrived := sync.OnceFunc(allOpen.Done)
+			defer arrived() // a client that fails must not hold the others
+			arrive := func() { arrived(); allOpen.Wait() }
 			rd := bufio.NewReaderSize(nil, 64<<10)
 			<-start
-			barrier := &allOpen
 			for next.Add(1) <= int64(total) {
-				n, size, err := benchStream(client, srv, body, rd, &open, &peak, barrier)
-				barrier = nil
+				n, size, err := benchStream(client, srv, body, rd, &open, &peak, arrive)
+				arrive = nil
 				if err == nil && n != tokens {
 					err = fmt.Errorf("stream carried %d deltas, want %d", n, tokens)
 				}
 				if err != nil {
 					failed.Store(err)
-					if barrier != nil {
-						barrier.Done()
-					}
 					return
 				}
 				received.Add(int64(n))
@@ -88,35 +125,27 @@ func BenchmarkEmulatorThroughput(b *testing.B) {
 			}
 		}()
 	}
-	b.ResetTimer()
+	begin()
 	cpuBefore := cpuTime()
 	began := time.Now()
 	close(start)
 	wg.Wait()
-	elapsed := time.Since(began)
-	cpu := cpuTime() - cpuBefore
-	b.StopTimer()
+	res := throughput{
+		deltas: received.Load(), bytes: bytesRead.Load(), peak: peak.Load(), dials: dials.Load(),
+		elapsed: time.Since(began), cpu: cpuTime() - cpuBefore,
+	}
 	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+		return res, err
 	}
-	rate := float64(received.Load()) / elapsed.Seconds()
-	b.ReportMetric(rate, "deltas/s")
-	b.ReportMetric(float64(peak.Load()), "streams")
-	b.ReportMetric(float64(dials.Load()), "dials")
-	b.ReportMetric(float64(srv.Stats().PeakOpenStreams), "server-peak-streams")
-	b.ReportMetric(float64(bytesRead.Load())/elapsed.Seconds()/1e6, "MB/s")
-	// The machine may be shared: CPU time per delta (server and client
-	// together) says what the emulator costs whatever else runs.
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(received.Load()), "cpu-ns/delta")
-	if peak.Load() < int64(streams) {
-		b.Fatalf("only %d streams were open at once, want %d", peak.Load(), streams)
+	st := srv.Stats()
+	res.serverPeak = st.PeakOpenStreams
+	switch {
+	case res.peak < int64(streams):
+		return res, fmt.Errorf("only %d streams were open at once, want %d", res.peak, streams)
+	case st.OpenStreams != 0 || st.TokensGenerated != res.deltas || st.ResponsesCreated != int64(total):
+		return res, fmt.Errorf("emulator counted %+v for %d deltas of %d streams", st, res.deltas, total)
 	}
-	if floor := benchEnv("FOUNDRYQ_BENCH_MIN_DELTAS", 0); floor > 0 && rate < float64(floor) {
-		b.Fatalf("%.0f deltas/s, want at least %d", rate, floor)
-	}
-	if st := srv.Stats(); st.OpenStreams != 0 || st.TokensGenerated < received.Load() {
-		b.Fatalf("%d streams still open, %d tokens generated", st.OpenStreams, st.TokensGenerated)
-	}
+	return res, nil
 }
 
 var (
@@ -127,8 +156,9 @@ var (
 
 // benchStream opens one stream, counts its delta frames reading raw lines
 // (so the client costs little), checks it ends with response.completed and
-// deletes the response. The peak of concurrently open streams is tracked.
-func benchStream(client *http.Client, srv *Server, body []byte, rd *bufio.Reader, open, peak *atomic.Int64, barrier *sync.WaitGroup) (int, int64, error) {
+// deletes the response. The peak of concurrently open streams is tracked;
+// arrive, if not nil, is called once the first frame has been read.
+func benchStream(client *http.Client, srv *Server, body []byte, rd *bufio.Reader, open, peak *atomic.Int64, arrive func()) (int, int64, error) {
 	req, err := http.NewRequestWithContext(context.Background(), "POST", srv.BaseURL()+"responses", bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, err
@@ -159,10 +189,9 @@ func benchStream(client *http.Client, srv *Server, body []byte, rd *bufio.Reader
 		if err != nil {
 			return deltas, size, err
 		}
-		if barrier != nil && len(line) == 1 { // end of the first frame
-			barrier.Done()
-			barrier.Wait()
-			barrier = nil
+		if arrive != nil && len(line) == 1 { // end of the first frame
+			arrive()
+			arrive = nil
 		}
 		switch {
 		case bytes.Equal(line, deltaLine):
