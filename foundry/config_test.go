@@ -84,3 +84,16 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("MaxRetries -1 → %d, want 0", got)
 	}
 }
+
+func TestDefaultCredential(t *testing.T) {
+	t.Parallel()
+	// No key, no credential: DefaultAzureCredential is built (no token is
+	// requested until the first call).
+	c, err := New(Config{BaseURL: "https://x.services.ai.azure.com/api/projects/p/openai/v1"})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if c.tokens == nil || c.Scope() != ScopeAIFoundry {
+		t.Errorf("tokens = %v, scope = %q", c.tokens, c.Scope())
+	}
+}

@@ -123,16 +123,11 @@ func (o *optInt64) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// decodeEvent decodes one event's data into ev (which it resets). name is the
+// decodeEventInto decodes one event's data into ev (which it resets). name is the
 // SSE event name, used when the JSON has no type. A top-level error frame
 // returns an *APIError; undecodable data returns an error wrapping ErrMalformedEvent.
-func decodeEvent(name, data []byte, ev *Event) error {
-	var w wireEvent
-	return decodeEventInto(name, data, ev, &w)
-}
-
-// decodeEventInto is decodeEvent with a caller-owned scratch wireEvent, which
-// saves an allocation per event on the hot path.
+//
+// w is caller-owned scratch space (reused per stream: one allocation less per event).
 func decodeEventInto(name, data []byte, ev *Event, w *wireEvent) error {
 	*ev = Event{Raw: data}
 	*w = wireEvent{}

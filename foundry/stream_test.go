@@ -129,6 +129,27 @@ data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_x","
 			},
 		},
 		{
+			name:    "top-level error frame with a string",
+			body:    created + `data: {"error":"overloaded"}` + "\n\n",
+			wantSeq: 0, wantHasSeq: true,
+			check: func(t *testing.T, s *Stream, err error) {
+				var apiErr *APIError
+				if !errors.As(err, &apiErr) || apiErr.Message != "overloaded" {
+					t.Errorf("Err = %v", err)
+				}
+			},
+		},
+		{
+			name:         "error event with nested details",
+			body:         created + `data: {"type":"error","sequence_number":1,"error":{"code":"server_error","message":"nested","param":"x"}}` + "\n\n",
+			wantTerminal: true, wantSeq: 1, wantHasSeq: true,
+			check: func(t *testing.T, s *Stream, err error) {
+				if ev := s.Event(); ev.Code != "server_error" || ev.Message != "nested" || ev.Param != "x" {
+					t.Errorf("error event = %+v", ev)
+				}
+			},
+		},
+		{
 			name:         "failed is terminal",
 			body:         created + `data: {"type":"response.failed","sequence_number":1,"response":{"id":"resp_x","status":"failed","error":{"code":"server_error","message":"model crashed"}}}` + "\n\n",
 			wantTerminal: true, wantSeq: 1, wantHasSeq: true,
