@@ -1,0 +1,194 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/conf"
+	"github.com/nats-io/nats-server/v2/server"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// These tests need no Docker: they check that the deployment files agree
+// with each other and with the wire contract.
+
+// TestNATSConfigs loads both server configs the way nats-server does.
+func TestNATSConfigs(t *testing.T) {
+	t.Setenv("WORKER_PASSWORD", "wpass")
+	t.Setenv("CLIENT_PASSWORD", "cpass")
+	for _, name := range []string{"nats-server.conf", "dev.conf"} {
+		t.Run(name, func(t *testing.T) {
+			opts, err := server.ProcessConfigFile(filepath.Join("nats", name))
+			if err != nil {
+				t.Fatalf("nats-server rejects %s: %v", name, err)
+			}
+			if !opts.JetStream || opts.StoreDir != "/data" {
+				t.Errorf("%s: JetStream %v store %q, want on with /data", name, opts.JetStream, opts.StoreDir)
+			}
+			if opts.HTTPPort != 8222 {
+				t.Errorf("%s: monitoring port %d, want 8222 (KEDA reads /jsz there)", name, opts.HTTPPort)
+			}
+		})
+	}
+}
+
+// TestNATSConfigNeedsPasswords: a missing password variable stops the server
+// instead of starting it with an empty password.
+func TestNATSConfigNeedsPasswords(t *testing.T) {
+	t.Setenv("CLIENT_PASSWORD", "cpass")
+	t.Setenv("WORKER_PASSWORD", "") // restored after the test
+	os.Unsetenv("WORKER_PASSWORD")
+	if _, err := server.ProcessConfigFile(filepath.Join("nats", "nats-server.conf")); err == nil || !strings.Contains(err.Error(), "WORKER_PASSWORD") {
+		t.Fatalf("config without WORKER_PASSWORD: err %v, want one naming the variable", err)
+	}
+}
+
+// TestHelmValuesMatchServerConf: the users' permissions in the Helm values
+// are the ones in nats-server.conf (which the container tests exercise).
+func TestHelmValuesMatchServerConf(t *testing.T) {
+	t.Setenv("WORKER_PASSWORD", "wpass")
+	t.Setenv("CLIENT_PASSWORD", "cpass")
+	parsed, err := conf.ParseFile(filepath.Join("nats", "nats-server.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	confUsers := usersOf(t, "nats-server.conf", dig(t, parsed, "accounts", "FOUNDRYQ", "users"))
+
+	raw, err := os.ReadFile(filepath.Join("k8s", "nats-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatalf("nats-values.yaml: %v", err)
+	}
+	account := dig(t, values, "config", "merge", "accounts", "FOUNDRYQ").(map[string]any)
+	if account["jetstream"] != "enabled" {
+		t.Errorf("nats-values.yaml: account FOUNDRYQ jetstream %v, want enabled", account["jetstream"])
+	}
+	helmUsers := usersOf(t, "nats-values.yaml", account["users"])
+
+	if len(confUsers) != len(helmUsers) {
+		t.Fatalf("users: nats-server.conf has %d, nats-values.yaml %d", len(confUsers), len(helmUsers))
+	}
+	for name, perms := range confUsers {
+		if !reflect.DeepEqual(perms, helmUsers[name]) {
+			t.Errorf("user %s: permissions differ\nnats-server.conf: %v\nnats-values.yaml: %v", name, perms, helmUsers[name])
+		}
+	}
+}
+
+// usersOf returns each user's permissions, normalised through JSON.
+func usersOf(t *testing.T, file string, v any) map[string]any {
+	t.Helper()
+	list, ok := v.([]any)
+	if !ok {
+		t.Fatalf("%s: users is %T, want a list", file, v)
+	}
+	out := map[string]any{}
+	for _, u := range list {
+		m, ok := u.(map[string]any)
+		if !ok {
+			t.Fatalf("%s: user entry is %T", file, u)
+		}
+		b, err := json.Marshal(m["permissions"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var perms any
+		if err := json.Unmarshal(b, &perms); err != nil {
+			t.Fatal(err)
+		}
+		out[m["user"].(string)] = perms
+	}
+	return out
+}
+
+func dig(t *testing.T, v any, path ...string) any {
+	t.Helper()
+	for i, key := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("%s: not a map", strings.Join(path[:i], "."))
+		}
+		if v, ok = m[key]; !ok {
+			t.Fatalf("%s: missing", strings.Join(path[:i+1], "."))
+		}
+	}
+	return v
+}
+
+// TestKubernetesManifests checks the numbers that must agree across files.
+func TestKubernetesManifests(t *testing.T) {
+	deployment := readYAML(t, "deployment.yaml")
+	scaled := readYAML(t, "scaledobject.yaml")
+
+	pod := dig(t, deployment, "spec", "template", "spec").(map[string]any)
+	container := dig(t, pod, "containers").([]any)[0].(map[string]any)
+	env := map[string]string{}
+	for _, e := range container["env"].([]any) {
+		m := e.(map[string]any)
+		if v, ok := m["value"].(string); ok {
+			env[m["name"].(string)] = v
+		}
+	}
+
+	trigger := dig(t, scaled, "spec", "triggers").([]any)[0].(map[string]any)
+	meta := trigger["metadata"].(map[string]any)
+	if trigger["type"] != "nats-jetstream" {
+		t.Errorf("trigger type %v, want nats-jetstream", trigger["type"])
+	}
+	if meta["lagThreshold"] != env["FOUNDRYQ_CONCURRENCY"] {
+		t.Errorf("KEDA lagThreshold %v != FOUNDRYQ_CONCURRENCY %q: one run per slot is the scaling target", meta["lagThreshold"], env["FOUNDRYQ_CONCURRENCY"])
+	}
+	names, err := events.NewNames("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta["stream"] != names.RunsStream() || meta["consumer"] != names.Consumer() {
+		t.Errorf("KEDA stream/consumer %v/%v, want %s/%s", meta["stream"], meta["consumer"], names.RunsStream(), names.Consumer())
+	}
+	if meta["account"] != "FOUNDRYQ" {
+		t.Errorf("KEDA account %v, want FOUNDRYQ (nats-server.conf)", meta["account"])
+	}
+
+	shutdown, err := time.ParseDuration(env["FOUNDRYQ_SHUTDOWN_TIMEOUT"])
+	if err != nil {
+		t.Fatalf("FOUNDRYQ_SHUTDOWN_TIMEOUT: %v", err)
+	}
+	grace, _ := strconv.Atoi(jsonNumber(pod["terminationGracePeriodSeconds"]))
+	if time.Duration(grace)*time.Second < shutdown+10*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %d leaves less than 10s over FOUNDRYQ_SHUTDOWN_TIMEOUT %s", grace, shutdown)
+	}
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		if path := dig(t, container, probe, "httpGet", "path"); path != "/healthz" {
+			t.Errorf("%s path %v, want /healthz", probe, path)
+		}
+	}
+}
+
+func readYAML(t *testing.T, name string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("k8s", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return m
+}
+
+func jsonNumber(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
