@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -117,7 +118,15 @@ func (o *optInt64) UnmarshalJSON(data []byte) error {
 	}
 	v, err := strconv.ParseInt(string(data), 10, 64)
 	if err != nil {
-		return fmt.Errorf("sequence_number %s is not an integer", data)
+		// Accept an integral number written as a float (1.0, 1e3).
+		f, ferr := strconv.ParseFloat(string(data), 64)
+		if ferr != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			if len(data) > 32 {
+				data = append(data[:32:32], "..."...)
+			}
+			return fmt.Errorf("sequence_number %s is not an integer", data)
+		}
+		v = int64(f)
 	}
 	o.V, o.OK = v, true
 	return nil

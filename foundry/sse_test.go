@@ -133,3 +133,20 @@ func TestStreamStopsWithBufferedEvents(t *testing.T) {
 		t.Errorf("after cancel: Err = %v", s.Err())
 	}
 }
+
+func TestOptInt64(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]struct {
+		v      int64
+		ok, er bool
+	}{
+		"7": {7, true, false}, "null": {0, false, false}, "1.0": {1, true, false}, "2e3": {2000, true, false},
+		"1.5": {0, false, true}, `"3"`: {0, false, true}, "1e300": {0, false, true},
+	} {
+		var o optInt64
+		err := o.UnmarshalJSON([]byte(in))
+		if o.V != want.v || o.OK != want.ok || (err != nil) != want.er {
+			t.Errorf("%s → %+v, %v; want %+v", in, o, err, want)
+		}
+	}
+}

@@ -98,7 +98,7 @@ data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_x","
 		},
 		{
 			name:    "unsequenced events do not move the cursor",
-			body:    created + delta("", "a") + delta(`"sequence_number":null,`, "b") + delta(`"sequence_number":1,`, "c") + delta("", "d"),
+			body:    created + delta("", "a") + delta(`"sequence_number":null,`, "b") + delta(`"sequence_number":1.0,`, "c") + delta("", "d"),
 			wantErr: ErrStreamTruncated, wantSeq: 1, wantHasSeq: true, wantText: "abcd",
 		},
 		{
@@ -177,7 +177,7 @@ data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_x","
 		},
 		{
 			name:    "wrong field type in a known event",
-			body:    created + delta(`"sequence_number":"one",`, "a"),
+			body:    created + delta(`"sequence_number":"one",`, "a") + delta(`"sequence_number":1.5,`, "b"),
 			wantErr: ErrMalformedEvent, wantSeq: 0, wantHasSeq: true,
 		},
 		{
