@@ -110,33 +110,53 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 //   - running run: the cancel is recorded, Foundry's cancel is called if the
 //     response id is known (the owner calls it the moment the id arrives
 //     otherwise), and the answer is cancelling.
-func (w *Worker) answerCancel(ctx context.Context, runID string, _ events.CancelRequest) events.CancelReply {
+func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest) events.CancelReply {
 	reply := events.CancelReply{RunID: runID}
-	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		reply.Error = fmt.Sprintf("look up the run's job: %v", err)
-		return reply
+	// The job is looked up only when no worker owns the run.
+	var job *jetstream.RawStreamMsg
+	var jobErr error
+	lookedUp := false
+	findJob := func() (*jetstream.RawStreamMsg, error) {
+		if !lookedUp {
+			lookedUp = true
+			job, jobErr = w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
+			if errors.Is(jobErr, jetstream.ErrMsgNotFound) {
+				job, jobErr = nil, nil
+			}
+		}
+		return job, jobErr
 	}
 	now := time.Now().UTC()
 	var notFound, endHere bool
 	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
 		notFound, endHere = false, false
-		switch {
-		case exists && s.Finished():
+		if exists && s.Finished() {
 			return errFinished
+		}
+		if exists && s.Status != events.StatusQueued {
+			if s.Cancel != nil {
+				return events.ErrSkipUpdate // recorded already
+			}
+			s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
+			return nil
+		}
+		job, err := findJob()
+		switch {
+		case err != nil:
+			return fmt.Errorf("look up the run's job: %w", err)
 		case !exists && job == nil:
 			notFound = true
 			return events.ErrSkipUpdate
-		case !exists || s.Status == events.StatusQueued:
+		default:
 			// Nobody owns the run. Claiming it as cancelled means no worker
 			// will ever start it: a worker's claim sees it finished.
 			endHere = true
 			s.Status, s.Terminal, s.Owner, s.FinishedAt = events.StatusCancelled, events.TypeRunCancelled, w.cfg.WorkerID, &now
+			if s.Cancel == nil {
+				s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
+			}
+			return nil
 		}
-		if s.Cancel == nil {
-			s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, At: now}
-		}
-		return nil
 	})
 	switch {
 	case errors.Is(err, errFinished):
@@ -209,7 +229,9 @@ func (w *Worker) endQueued(ctx context.Context, runID string, job *jetstream.Raw
 // the upstream terminal status, and end the run as run.cancelled.
 func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.CancelFunc) {
 	r.log.Info().Str("reason", reason).Msg("cancelling the run upstream")
-	r.recordCancel(reason)
+	if reason != events.ReasonRequested {
+		r.recordCancel(reason) // a requested cancel is recorded by the worker that answered it
+	}
 	id := r.currentResponseID()
 	if id == "" {
 		// The create is in flight: Foundry's cancel needs the id it returns.
@@ -239,22 +261,39 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 	ctx, cancel := context.WithTimeout(r.hard, r.w.cfg.CancelConfirmTimeout)
 	defer cancel()
 	resp, err := r.w.up.Cancel(ctx, id)
-	upStop()
-	if readerDone != nil {
-		<-readerDone
-	}
 	if err != nil {
 		r.w.m.upstreamErrors.WithLabelValues("cancel").Inc()
 		r.log.Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
+	}
+	if err == nil && isTerminalStatus(resp.Status) && resp.Status != "cancelled" && readerDone != nil {
+		// Foundry finished the response before the cancel reached it: the
+		// run ends as Foundry ended it, with every token relayed.
+		r.log.Info().Str("upstream_status", resp.Status).Msg("the response had already ended upstream; relaying its end")
+		select {
+		case out := <-readerDone:
+			if out.terminal != nil || out.cancelledUpstream != nil {
+				r.conclude(out)
+				return
+			}
+			readerDone = nil
+		case <-ctx.Done():
+		}
+	}
+	upStop()
+	if readerDone != nil {
+		<-readerDone
 	}
 	r.finishCancelled(reason, r.confirm(ctx, id, resp), true)
 }
 
 // confirm polls the response until Foundry reports a terminal status, within
-// ctx. Cancel is best-effort upstream: a response has been seen to report
-// cancelled and later completed, so the status is read back after the
-// cancel call rather than taken from its reply.
+// ctx, unless the cancel's reply already reported one. Cancel is best-effort
+// upstream (a response has been seen to report cancelled and later
+// completed): the audit reads it back once more later.
 func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *foundry.Response {
+	if last != nil && isTerminalStatus(last.Status) {
+		return last // a later flip to completed is caught by the audit
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		resp, err := r.w.up.Get(ctx, id)
@@ -317,4 +356,39 @@ func (r *run) finishCancelled(reason string, resp *foundry.Response, reached boo
 	}
 	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
 	r.finish(ev, -1, upstream)
+	if resp != nil && resp.Status == "cancelled" && r.w.cfg.CancelAuditDelay > 0 {
+		r.w.audit(r.id, resp.ID)
+	}
+}
+
+// audit reads a cancelled response back after CancelAuditDelay and records
+// it if Foundry completed it after all. Audits pending at shutdown are
+// dropped.
+func (w *Worker) audit(runID, responseID string) {
+	w.auditWG.Add(1)
+	go func() {
+		defer w.auditWG.Done()
+		t := time.NewTimer(w.cfg.CancelAuditDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-w.stopping:
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := w.up.Get(ctx, responseID)
+		if err != nil || resp.Status != "completed" {
+			return
+		}
+		w.m.completedAfterCancl.Inc()
+		w.log.Warn().Str("run_id", runID).Str("response_id", responseID).
+			Msg("Foundry completed the response after reporting it cancelled; the run stays cancelled")
+		if _, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
+			s.UpstreamStatus = resp.Status
+			return nil
+		}); err != nil {
+			w.log.Warn().Err(err).Str("run_id", runID).Msg("record the upstream status")
+		}
+	}()
 }

@@ -31,6 +31,13 @@ type Config struct {
 	// server-side cancel, for Foundry to report a terminal status before it
 	// publishes run.cancelled with what it knows. Default 10s.
 	CancelConfirmTimeout time.Duration
+	// CancelAuditDelay is how long after a run ends as run.cancelled the
+	// worker reads the response back once more: Foundry's cancel is
+	// best-effort and a response has been seen to turn completed after it
+	// reported cancelled. Such a run stays cancelled; the worker logs it,
+	// counts it (completed_after_cancel_total) and records the upstream
+	// status in the run's state. Default 30s; negative disables it.
+	CancelAuditDelay time.Duration
 	// ShutdownTimeout bounds the hand-off of in-flight runs when Run's
 	// context ends. Default 15s.
 	ShutdownTimeout time.Duration
@@ -61,6 +68,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CancelConfirmTimeout == 0 {
 		c.CancelConfirmTimeout = 10 * time.Second
+	}
+	if c.CancelAuditDelay == 0 {
+		c.CancelAuditDelay = 30 * time.Second
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 15 * time.Second

@@ -59,7 +59,9 @@ func setup(t *testing.T, opts ...envOpt) *env {
 	ns, nc := natsembed.RunTest(t)
 	emu := foundrytest.NewServer(cfg.emu)
 	t.Cleanup(emu.Close)
-	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 512 // hundreds of concurrent runs talk to one host
+	hc := &http.Client{Transport: tr}
 	t.Cleanup(hc.CloseIdleConnections)
 	up, err := foundry.New(foundry.Config{BaseURL: emu.BaseURL(), APIKey: cfg.emu.APIKey, HTTPClient: hc})
 	if err != nil {

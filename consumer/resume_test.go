@@ -46,7 +46,8 @@ func TestCrashedOwnerIsReplacedByReattach(t *testing.T) {
 	}
 }
 
-// counter reads the value of a counter with one label value from a registry.
+// counter reads the value of a counter with one label value ("" for an
+// unlabelled counter) from a registry.
 func counter(t *testing.T, reg *prometheus.Registry, name, labelValue string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -58,6 +59,9 @@ func counter(t *testing.T, reg *prometheus.Registry, name, labelValue string) fl
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if labelValue == "" && len(m.GetLabel()) == 0 {
+				return m.GetCounter().GetValue()
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetValue() == labelValue {
 					return m.GetCounter().GetValue()

@@ -342,9 +342,15 @@ func (r *run) claim() (events.RunState, error) {
 	})
 }
 
-// saveResponseID records the Foundry response id before anything else
-// happens with it, so that a cancel or a new owner can reach the response.
+// saveResponseID makes the Foundry response id known: at once to this run
+// (a cancel waiting for it goes ahead), then durably in the state bucket
+// before anything else is relayed, so that a new owner or another worker
+// answering a cancel can reach the response.
 func (r *run) saveResponseID(id string) {
+	r.mu.Lock()
+	r.responseID = id
+	r.mu.Unlock()
+	close(r.idReady)
 	_, err := r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
 		s.ResponseID = id
 		return nil
@@ -352,10 +358,6 @@ func (r *run) saveResponseID(id string) {
 	if err != nil {
 		r.log.Error().Err(err).Str("response_id", id).Msg("save the response id in the state bucket")
 	}
-	r.mu.Lock()
-	r.responseID = id
-	r.mu.Unlock()
-	close(r.idReady)
 }
 
 func (r *run) currentResponseID() string {

@@ -50,6 +50,8 @@ type Worker struct {
 
 	runWG    sync.WaitGroup // one per run goroutine
 	cancelWG sync.WaitGroup // one per cancel request being answered
+	auditWG  sync.WaitGroup // one per pending cancel audit
+	stopping chan struct{}  // closed when shutdown starts
 	sem      chan struct{}  // one slot per run this worker may own
 }
 
@@ -75,15 +77,16 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("consumer: jetstream: %w", err)
 	}
 	return &Worker{
-		nc:    nc,
-		js:    js,
-		up:    up,
-		cfg:   cfg,
-		names: names,
-		log:   cfg.Logger.With().Str("worker", cfg.WorkerID).Logger(),
-		m:     newMetrics(cfg.Registerer),
-		runs:  make(map[string]*run),
-		sem:   make(chan struct{}, cfg.Concurrency),
+		nc:       nc,
+		js:       js,
+		up:       up,
+		cfg:      cfg,
+		names:    names,
+		log:      cfg.Logger.With().Str("worker", cfg.WorkerID).Logger(),
+		m:        newMetrics(cfg.Registerer),
+		runs:     make(map[string]*run),
+		sem:      make(chan struct{}, cfg.Concurrency),
+		stopping: make(chan struct{}),
 	}, nil
 }
 
@@ -99,6 +102,9 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 func (w *Worker) Run(ctx context.Context) error {
 	res, err := events.Provision(ctx, w.js, w.names, w.cfg.Provision)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return fmt.Errorf("consumer: provision: %w", err)
 	}
 	w.res = res
@@ -194,6 +200,8 @@ func (w *Worker) fetch(ctx context.Context, n int) int {
 // shutdown hands off every run and waits for the run goroutines, at most
 // ShutdownTimeout.
 func (w *Worker) shutdown() {
+	close(w.stopping)
+	defer w.auditWG.Wait()
 	w.mu.Lock()
 	for _, r := range w.runs {
 		r.stop(ErrShutdown)

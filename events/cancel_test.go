@@ -108,7 +108,7 @@ func TestCancelNoResponders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Status != events.StatusQueued || st.Cancel == nil || st.Cancel.Reason != "changed my mind" || st.Cancel.At.IsZero() {
+		if st.Status != events.StatusQueued || st.Cancel == nil || st.Cancel.Reason != events.ReasonRequested || st.Cancel.Note != "changed my mind" || st.Cancel.At.IsZero() {
 			t.Fatalf("state %+v, want queued with the cancel recorded", st)
 		}
 		// Idempotent: a second cancel keeps the first record.
@@ -117,7 +117,7 @@ func TestCancelNoResponders(t *testing.T) {
 			t.Fatalf("second cancel: %+v %v", reply, err)
 		}
 		st2, _, _ := e.store.Get(ctx, "q1")
-		if st2.Cancel.Reason != "changed my mind" {
+		if st2.Cancel.Note != "changed my mind" {
 			t.Errorf("second cancel overwrote the record: %+v", st2.Cancel)
 		}
 	})

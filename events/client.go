@@ -253,7 +253,7 @@ func (c *Client) recordCancel(ctx context.Context, runID, reason string) (Cancel
 			return ErrSkipUpdate
 		}
 		reply.Result = CancelCancelling
-		st.Cancel = &CancelRecord{Reason: reason, At: time.Now().UTC()}
+		st.Cancel = &CancelRecord{Reason: ReasonRequested, Note: reason, At: time.Now().UTC()}
 		return nil
 	})
 	if err != nil {

@@ -29,7 +29,8 @@ func (s RunStatus) Finished() bool {
 
 // CancelRecord is a recorded cancel request.
 type CancelRecord struct {
-	Reason string    `json:"reason"` // ReasonRequested, ReasonTimeout, ReasonAbandoned, or the requester's text
+	Reason string    `json:"reason"`         // ReasonRequested, ReasonTimeout or ReasonAbandoned
+	Note   string    `json:"note,omitempty"` // the requester's text (CancelRequest.Reason), if any
 	At     time.Time `json:"at"`
 }
 

@@ -115,11 +115,14 @@ func (w *Watch) setup(from From) error {
 	if err != nil {
 		return fmt.Errorf("events: watch run %s: open stream %s: %w", w.runID, w.c.names.EventsStream(), err)
 	}
+	// The state is read before the last event: a run that ends between the
+	// two reads has its terminal event stored before its state says so.
+	finished := w.finishedState(ctx)
 	last, err := stream.GetLastMsgForSubject(ctx, subject)
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("events: watch run %s: read last event: %w", w.runID, err)
 	}
-	if last == nil && w.finishedState(ctx) {
+	if last == nil && finished {
 		// The state says the run ended, yet no event is stored: expired.
 		return fmt.Errorf("events: watch run %s: %w", w.runID, ErrEventsUnavailable)
 	}
