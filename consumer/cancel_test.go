@@ -393,3 +393,22 @@ func TestCancelRace(t *testing.T) {
 		t.Fatalf("emulator: %d tokens and %d tool calls after a cancel", st.TokensAfterCancel, st.ToolCallsCompletedAfterCancel)
 	}
 }
+
+// A response cancelled at Foundry directly (not through foundryq) ends its
+// stream without a terminal event; the run ends as run.cancelled instead of
+// re-attaching forever.
+func TestCancelledUpstreamByOthers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(consumer.Config{WorkerID: "others"})
+	e.submit(slow("others-1"))
+	started := e.waitEvent("others-1", events.TypeRunStarted, 10*time.Second)
+	e.waitEvent("others-1", events.TypeTextDelta, 10*time.Second)
+	if _, err := e.up.Cancel(context.Background(), started.ResponseID); err != nil {
+		t.Fatal(err)
+	}
+	last := checkWellFormed(t, e.collect("others-1", 15*time.Second))
+	if last.Type != events.TypeRunCancelled || last.UpstreamStatus != "cancelled" || last.Usage == nil {
+		t.Fatalf("last event %+v, want run.cancelled with upstream status cancelled and usage", last)
+	}
+}

@@ -10,6 +10,10 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 )
 
+// maxStreamBreaks is how often a run re-attaches to a response's stream
+// before it falls back to polling.
+const maxStreamBreaks = 5
+
 // outcome is how the upstream reader of a run stopped.
 type outcome struct {
 	terminal          *events.RunEvent  // run.completed or run.failed reported by Foundry
@@ -52,7 +56,7 @@ func (r *run) read(ctx context.Context, req events.RunRequest, st events.RunStat
 		}
 		r.w.m.runsStarted.WithLabelValues("resumed").Inc()
 	}
-	for attempt := 0; ; attempt++ {
+	for breaks := 1; ; breaks++ {
 		out, ended := r.relayStream(s, &last)
 		_ = s.Close()
 		if ended {
@@ -64,6 +68,13 @@ func (r *run) read(ctx context.Context, req events.RunRequest, st events.RunStat
 		id = r.currentResponseID()
 		if id == "" {
 			return outcome{err: fmt.Errorf("stream ended before the response id was known: %w", out.err), op: "create", upstreamSeq: -1}
+		}
+		// A stream also ends without a terminal event when the response was
+		// cancelled by someone else; and a stream that keeps breaking is not
+		// worth re-attaching to. Both are settled by polling.
+		if resp, err := r.w.up.Get(ctx, id); (err == nil && isTerminalStatus(resp.Status)) || breaks > maxStreamBreaks {
+			r.log.Info().Err(out.err).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
+			return r.poll(ctx, id)
 		}
 		r.log.Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
 		s, err = r.resume(ctx, id, last)

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,18 +47,30 @@ func (w *Worker) publishedText(ctx context.Context, runID string) (string, error
 	}
 	var text strings.Builder
 	for ctx.Err() == nil {
-		batch, err := c.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		// Every event up to end is stored: take what is there, without
+		// leaving a pull request waiting behind.
+		batch, err := c.FetchNoWait(256)
 		if err != nil {
 			return "", fmt.Errorf("consumer: read events of run %s: %w", runID, err)
 		}
+		got, done := 0, false
 		for m := range batch.Messages() {
-			var ev events.RunEvent
-			if err := json.Unmarshal(m.Data(), &ev); err == nil && ev.Type == events.TypeTextDelta {
+			got++
+			if done {
+				continue
+			}
+			if ev, err := events.DecodeRunEvent(m.Data()); err == nil && ev.Type == events.TypeTextDelta {
 				text.WriteString(ev.Text)
 			}
 			if meta, err := m.Metadata(); err == nil && meta.Sequence.Stream >= end.StreamSeq {
-				return text.String(), nil
+				done = true
 			}
+		}
+		if done {
+			return text.String(), nil
+		}
+		if got == 0 {
+			sleep(ctx, 10*time.Millisecond)
 		}
 	}
 	return "", fmt.Errorf("consumer: read events of run %s: %w", runID, context.Cause(ctx))

@@ -44,7 +44,8 @@ type Config struct {
 	// AgentField is the body field name of an agent reference. Default: "agent_reference".
 	AgentField string
 	// HTTPClient sends the requests. Default: a clone of http.DefaultTransport with a
-	// 10 minute response header timeout and no overall timeout (streams are long).
+	// 10 minute response header timeout, up to 512 idle connections per host, and no
+	// overall timeout (streams are long).
 	// Do not set http.Client.Timeout: it would cut long streams.
 	HTTPClient *http.Client
 	// MaxRetries is how often the SDK retries the idempotent calls Get, Cancel and
@@ -164,6 +165,11 @@ func defaultHTTPClient() *http.Client {
 	if t, ok := http.DefaultTransport.(*http.Transport); ok {
 		t = t.Clone()
 		t.ResponseHeaderTimeout = 10 * time.Minute
+		// A worker talks to one host with many runs at once; the default of
+		// 2 idle connections per host would make most cancel and get calls
+		// dial a new connection.
+		t.MaxIdleConns = 1024
+		t.MaxIdleConnsPerHost = 512
 		return &http.Client{Transport: t}
 	}
 	return &http.Client{Transport: http.DefaultTransport}
