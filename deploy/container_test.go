@@ -680,6 +680,12 @@ func (s *stack) testCancelNoWorker(t *testing.T) {
 		delete(s.workers, id)
 	}
 	id := s.submit(t, ctx, nil)
+	// A second submit of a queued run is refused (the client reads the runs
+	// stream to tell queued from taken).
+	_, err := s.client.Submit(ctx, events.RunRequest{RunID: id, Model: "m", Input: json.RawMessage(`"again"`)})
+	if !errors.Is(err, events.ErrAlreadyQueued) {
+		t.Fatalf("second submit of queued run %s: %v, want ErrAlreadyQueued", id, err)
+	}
 	reply, err := s.client.Cancel(ctx, id, "no worker")
 	if err != nil {
 		t.Fatalf("cancel %s with no worker: %v", id, err)
