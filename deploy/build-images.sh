@@ -41,10 +41,12 @@ fi
 ctx=$(mktemp -d "${TMPDIR:-/tmp}/foundryq-images.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 
-# rootfs and writable dirs shared by both contexts.
+# rootfs and writable dirs (owned by 65534 in the image) of a context;
+# extra arguments name more writable dirs.
 layout() {
-  local d=$1
-  mkdir -p "$d/rootfs/etc/ssl/certs" "$d/writable/tmp" "$d/writable/data"
+  local d=$1; shift
+  mkdir -p "$d/rootfs/etc/ssl/certs" "$d/writable/tmp"
+  for w in "$@"; do mkdir -p "$d/writable/$w" && chmod 0750 "$d/writable/$w"; done
   printf 'root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/sbin/nologin\n' >"$d/rootfs/etc/passwd"
   printf 'root:x:0:\nnobody:x:65534:\n' >"$d/rootfs/etc/group"
   if [ -n "${CA_BUNDLE:-}" ]; then
@@ -54,7 +56,6 @@ layout() {
     : >"$d/rootfs/etc/ssl/certs/ca-certificates.crt"
   fi
   chmod 1777 "$d/writable/tmp"
-  chmod 0750 "$d/writable/data"
 }
 
 build_flags=(-trimpath -ldflags='-s -w')
@@ -66,7 +67,7 @@ go build "${build_flags[@]}" -o "$ctx/foundryq/foundryq" ./cmd/foundryq
 cp deploy/Dockerfile "$ctx/foundryq/Dockerfile"
 
 echo "build-images: go build github.com/nats-io/nats-server/v2 ($GOOS/$GOARCH)" >&2
-layout "$ctx/nats"
+layout "$ctx/nats" data
 go build "${build_flags[@]}" -o "$ctx/nats/nats-server" github.com/nats-io/nats-server/v2
 cp deploy/nats/Dockerfile deploy/nats/nats-server.conf deploy/nats/dev.conf "$ctx/nats/"
 
