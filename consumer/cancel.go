@@ -205,7 +205,7 @@ func (w *Worker) endQueued(ctx context.Context, runID string, job *jetstream.Raw
 		return err
 	}
 	if !pos.Type.Terminal() {
-		rel := newRelay(w.js, w.res.Events, w.names, runID, pos, w.m)
+		rel := newRelay(w.pub, w.res.Events, w.names, runID, pos, 0, w.m)
 		rel.add(events.RunEvent{Type: events.TypeRunCancelled, Reason: events.ReasonRequested, Usage: &events.Usage{}}, -1)
 		rel.close()
 		rel.run(ctx, func(error) {})

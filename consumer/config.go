@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -27,6 +28,12 @@ type Config struct {
 	// DefaultTimeout is the run deadline for requests without
 	// timeout_seconds. 0 (the default) means no deadline.
 	DefaultTimeout time.Duration
+	// EventInterval is the least time between two text.delta events of a
+	// run: text arriving sooner merges into the next event. 0 (the default)
+	// publishes each delta as soon as the previous event is stored; a few
+	// tens of milliseconds cut the events (and the JetStream load) of fast
+	// streams several times over, at that much added token latency.
+	EventInterval time.Duration
 	// CancelConfirmTimeout bounds how long the owner waits, after a
 	// server-side cancel, for Foundry to report a terminal status before it
 	// publishes run.cancelled with what it knows. Default 10s.
@@ -49,6 +56,12 @@ type Config struct {
 	// Provision configures the streams, consumer and bucket the worker
 	// creates (idempotently) at start.
 	Provision events.ProvisionConfig
+	// PublishConn is the connection run events are published on, apart from
+	// the one given to New (cancels, state, jobs), so that a steady stream of
+	// event publishes never delays a cancel. Default: a second connection
+	// the worker opens with the first one's options and closes when Run
+	// returns.
+	PublishConn *nats.Conn
 	// Logger receives the worker's logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Registerer receives the worker's Prometheus metrics. Default: none
@@ -95,6 +108,9 @@ func (c Config) validate() error {
 	}
 	if c.DefaultTimeout < 0 {
 		errs = append(errs, fmt.Errorf("default timeout must not be negative, got %s", c.DefaultTimeout))
+	}
+	if c.EventInterval < 0 || c.EventInterval > 5*time.Second {
+		errs = append(errs, fmt.Errorf("event interval must be between 0 and 5s, got %s", c.EventInterval))
 	}
 	if c.CancelConfirmTimeout < 0 {
 		errs = append(errs, fmt.Errorf("cancel confirm timeout must not be negative, got %s", c.CancelConfirmTimeout))

@@ -79,9 +79,18 @@ func setup(t *testing.T, opts ...envOpt) *env {
 }
 
 // worker is a running consumer.Worker.
+
+// crash cuts both of the worker's connections: it can no longer publish,
+// ack or renew a lease.
+func (w *worker) crash() {
+	w.nc.Close()
+	w.pub.Close()
+}
+
 type worker struct {
 	*consumer.Worker
-	nc   *nats.Conn
+	nc   *nats.Conn // jobs, cancels, state
+	pub  *nats.Conn // run events
 	stop context.CancelFunc
 	done chan error
 	once sync.Once
@@ -98,12 +107,17 @@ func (e *env) startWorker(cfg consumer.Config) *worker {
 	if cfg.Provision == (events.ProvisionConfig{}) {
 		cfg.Provision = e.prov
 	}
+	pub, err := e.ns.Connect()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.PublishConn = pub
 	w, err := consumer.New(nc, e.up, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	wk := &worker{Worker: w, nc: nc, stop: cancel, done: make(chan error, 1)}
+	wk := &worker{Worker: w, nc: nc, pub: pub, stop: cancel, done: make(chan error, 1)}
 	go func() { wk.done <- w.Run(ctx) }()
 	e.t.Cleanup(func() { wk.shutdown(e.t) })
 	e.waitProvisioned()
@@ -124,6 +138,7 @@ func (w *worker) shutdown(t *testing.T) {
 			t.Errorf("worker %s did not stop within 30s", w.ID())
 		}
 		w.nc.Close()
+		w.pub.Close()
 	})
 }
 

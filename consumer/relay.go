@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,9 @@ import (
 // relay publishes one run's events on its event subject with exactly one
 // publish in flight. Events added while a publish waits for its ack queue up;
 // consecutive text deltas merge into one event, so a slow store gets fewer,
-// larger events and a fast one gets every delta at once.
+// larger events and a fast one gets every delta at once. With an interval,
+// a lone text delta also waits until that long after the previous publish,
+// trading that much token latency for fewer, larger events.
 //
 // Every publish carries Nats-Msg-Id <run_id>:<seq> and expects the subject's
 // last stream sequence to be the one this relay stored last. A second writer
@@ -38,7 +41,9 @@ type relay struct {
 	wake     chan struct{} // capacity 1: something was added or closed
 	idle     chan struct{} // closed when pending drains or the relay fails; nil if nobody waits
 
-	last position // what is stored on the subject
+	last        position      // what is stored on the subject
+	lastPublish time.Time     // when the last event was stored
+	interval    time.Duration // Config.EventInterval
 }
 
 // position is the tail of a run's event subject.
@@ -54,16 +59,17 @@ type pendingEvent struct {
 	upstreamSeq int64 // -1: not tied to an upstream event
 }
 
-func newRelay(js jetstream.JetStream, stream jetstream.Stream, n events.Names, runID string, last position, m *metrics) *relay {
+func newRelay(js jetstream.JetStream, stream jetstream.Stream, n events.Names, runID string, last position, interval time.Duration, m *metrics) *relay {
 	return &relay{
-		js:      js,
-		stream:  stream,
-		names:   n,
-		runID:   runID,
-		subject: n.EventSubject(runID),
-		metrics: m,
-		wake:    make(chan struct{}, 1),
-		last:    last,
+		interval: interval,
+		js:       js,
+		stream:   stream,
+		names:    n,
+		runID:    runID,
+		subject:  n.EventSubject(runID),
+		metrics:  m,
+		wake:     make(chan struct{}, 1),
+		last:     last,
 	}
 }
 
@@ -115,6 +121,22 @@ func (r *relay) run(ctx context.Context, onFail func(error)) {
 			}
 			r.mu.Lock()
 		}
+		if wait := r.holdFor(); wait > 0 {
+			// A lone text delta waits for more text, at most until
+			// EventInterval has passed since the last publish.
+			r.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-r.wake:
+			case <-ctx.Done():
+				t.Stop()
+				r.fail(context.Cause(ctx))
+				return
+			}
+			t.Stop()
+			continue
+		}
 		pe := r.pending[0]
 		r.pending = r.pending[1:]
 		r.inflight = true
@@ -137,9 +159,20 @@ func (r *relay) run(ctx context.Context, onFail func(error)) {
 		}
 		r.mu.Lock()
 		r.inflight = false
+		r.lastPublish = time.Now()
 		r.last = position{Seq: pe.ev.Seq, StreamSeq: streamSeq, UpstreamSeq: pe.upstreamSeq, Type: pe.ev.Type}
 		r.mu.Unlock()
 	}
+}
+
+// holdFor is how long the head of the queue should wait before it is
+// published: only a lone text delta waits, and only while nobody flushes.
+// Called with mu held.
+func (r *relay) holdFor() time.Duration {
+	if r.interval <= 0 || r.closed || r.idle != nil || len(r.pending) != 1 || r.pending[0].ev.Type != events.TypeTextDelta {
+		return 0
+	}
+	return r.interval - time.Since(r.lastPublish)
 }
 
 func (r *relay) fail(err error) {
@@ -179,6 +212,10 @@ func (r *relay) flush(ctx context.Context) error {
 		idle := r.idle
 		r.mu.Unlock()
 		select {
+		case r.wake <- struct{}{}: // a held delta goes out now
+		default:
+		}
+		select {
 		case <-idle:
 		case <-ctx.Done():
 			return fmt.Errorf("consumer: flush events of run %s: %w", r.runID, context.Cause(ctx))
@@ -213,24 +250,36 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 	if err != nil {
 		return 0, fmt.Errorf("consumer: %w", err)
 	}
-	msgID := msg.Header.Get(jetstream.MsgIDHeader)
 	backoff := 20 * time.Millisecond
+	lost := func() (uint64, error) {
+		return 0, fmt.Errorf("%w: run %s: another writer stored an event on %s", ErrLostOwnership, r.runID, r.subject)
+	}
 	for {
 		start := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ack, err := r.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(expect))
 		cancel()
+		if err == nil && ack.Duplicate {
+			// The dedupe window holds an event with this id: an earlier
+			// attempt of ours, or the same seq from another writer.
+			if m, err := r.stream.GetMsg(ctx, ack.Sequence); err == nil && bytes.Equal(m.Data, msg.Data) {
+				return ack.Sequence, nil
+			}
+			return lost()
+		}
 		if err == nil {
 			r.metrics.publishSeconds.Observe(time.Since(start).Seconds())
 			r.metrics.eventsPublished.WithLabelValues(string(pe.ev.Type)).Inc()
 			return ack.Sequence, nil
 		}
 		if isWrongLastSequence(err) {
-			seq, ours := r.storedByUs(ctx, msgID)
-			if ours {
-				return seq, nil
+			// Either an earlier attempt of ours was stored and its ack lost,
+			// or another writer got there first. Only the exact bytes tell:
+			// another writer uses the same message ids.
+			if m, err := r.stream.GetLastMsgForSubject(ctx, r.subject); err == nil && bytes.Equal(m.Data, msg.Data) {
+				return m.Sequence, nil
 			}
-			return 0, fmt.Errorf("%w: run %s: another writer stored an event on %s", ErrLostOwnership, r.runID, r.subject)
+			return lost()
 		}
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("consumer: publish %s event of run %s: %w", pe.ev.Type, r.runID, context.Cause(ctx))
@@ -243,17 +292,6 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 		}
 		backoff = min(2*backoff, time.Second)
 	}
-}
-
-// storedByUs reports whether the last message on the subject is the one with
-// msgID (an earlier attempt of this publish that was stored but whose ack was
-// lost), and its stream sequence.
-func (r *relay) storedByUs(ctx context.Context, msgID string) (uint64, bool) {
-	m, err := r.stream.GetLastMsgForSubject(ctx, r.subject)
-	if err != nil {
-		return 0, false
-	}
-	return m.Sequence, m.Header.Get(jetstream.MsgIDHeader) == msgID
 }
 
 func isWrongLastSequence(err error) bool {

@@ -20,7 +20,7 @@ func TestCrashedOwnerIsReplacedByReattach(t *testing.T) {
 	a := e.startWorker(consumer.Config{WorkerID: "crash-a", ShutdownTimeout: time.Second})
 	e.submit(request("crash-1", map[string]string{"emu_tokens": "80", "emu_token_ms": "15"}))
 	e.waitEvent("crash-1", events.TypeTextDelta, 10*time.Second)
-	a.nc.Close() // the crash: no more publishes, acks or lease renewals
+	a.crash() // no more publishes, acks or lease renewals
 	reg := prometheus.NewRegistry()
 	e.startWorker(consumer.Config{WorkerID: "crash-b", Registerer: reg})
 
@@ -83,7 +83,7 @@ func TestReattachAfterResumeWindowPolls(t *testing.T) {
 	a := e.startWorker(consumer.Config{WorkerID: "poll-a", ShutdownTimeout: time.Second})
 	e.submit(request("poll-1", map[string]string{"emu_tokens": "80", "emu_token_ms": "20"}))
 	e.waitEvent("poll-1", events.TypeTextDelta, 10*time.Second)
-	a.nc.Close()
+	a.crash()
 	reg := prometheus.NewRegistry()
 	e.startWorker(consumer.Config{WorkerID: "poll-b", Registerer: reg})
 
@@ -125,5 +125,28 @@ func TestShutdownHandsOff(t *testing.T) {
 	}
 	if st := e.emu.Stats(); st.CancelsReceived != 0 || st.ResponsesByRun["hand-1"] != 1 {
 		t.Fatalf("emulator: %d cancels, %d responses for the run; want 0 and 1", st.CancelsReceived, st.ResponsesByRun["hand-1"])
+	}
+}
+
+// A zombie owner (its job lease lost, its event connection alive) and the
+// worker that took the run over both write; the fence lets only one win, so
+// the subject never interleaves two writers: the text is exact and there is
+// one terminal event.
+func TestZombieOwnerCannotInterleave(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withProvision(events.ProvisionConfig{AckWait: time.Second}))
+	a := e.startWorker(consumer.Config{WorkerID: "zombie-a", ShutdownTimeout: time.Second})
+	e.submit(request("zombie-1", map[string]string{"emu_tokens": "400", "emu_token_ms": "10"}))
+	e.waitEvent("zombie-1", events.TypeTextDelta, 10*time.Second)
+	a.nc.Close() // the lease is lost; a keeps relaying on its event connection
+	e.startWorker(consumer.Config{WorkerID: "zombie-b"})
+
+	evs := e.collect("zombie-1", 30*time.Second)
+	last := checkWellFormed(t, evs)
+	if last.Type != events.TypeRunCompleted {
+		t.Fatalf("run ended %s", last.Type)
+	}
+	if got, want := text(evs), e.emulatorText("zombie-1"); got != want {
+		t.Fatalf("text with a zombie writer:\n got %q\nwant %q", got, want)
 	}
 }

@@ -111,7 +111,7 @@ func (r *run) execute() {
 		return
 	}
 
-	r.rel = newRelay(w.js, w.res.Events, w.names, r.id, pos, w.m)
+	r.rel = newRelay(w.pub, w.res.Events, w.names, r.id, pos, w.cfg.EventInterval, w.m)
 	var relWG sync.WaitGroup
 	relWG.Add(1)
 	go func() {

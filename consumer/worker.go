@@ -40,6 +40,10 @@ type Worker struct {
 	log   zerolog.Logger
 	m     *metrics
 
+	// pub publishes run events on a second connection of its own, so that
+	// the steady stream of event publishes never delays cancels, state
+	// updates or acks on the first.
+	pub        jetstream.JetStream
 	res        events.Resources
 	states     *events.StateStore
 	ackWait    time.Duration
@@ -109,6 +113,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.res = res
 	w.states = events.NewStateStore(res.State)
+	pubConn := w.cfg.PublishConn
+	if pubConn == nil {
+		if pubConn, err = w.nc.Opts.Connect(); err != nil {
+			return fmt.Errorf("consumer: open the event publishing connection: %w", err)
+		}
+		defer pubConn.Close()
+	}
+	if w.pub, err = jetstream.New(pubConn); err != nil {
+		return fmt.Errorf("consumer: jetstream: %w", err)
+	}
 	info := res.Consumer.CachedInfo()
 	w.ackWait = info.Config.AckWait
 	w.maxDeliver = info.Config.MaxDeliver

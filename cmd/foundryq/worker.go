@@ -28,6 +28,7 @@ type workerFlags struct {
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
+	eventInterval, cancelAudit                  *time.Duration
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -41,7 +42,9 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once")
 	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)")
 	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", 0, "run deadline for requests without timeout_seconds (0: none)")
+	w.eventInterval = f.Duration("event-interval", "FOUNDRYQ_EVENT_INTERVAL", 0, "least time between two text.delta events of a run (0: publish as soon as the previous event is stored)")
 	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel")
+	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)")
 	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown")
 	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the attempt)")
 	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes")
@@ -59,6 +62,8 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		Concurrency:          *w.concurrency,
 		DefaultTimeout:       *w.defaultTimeout,
 		CancelConfirmTimeout: *w.cancelConfirm,
+		CancelAuditDelay:     *w.cancelAudit,
+		EventInterval:        *w.eventInterval,
 		ShutdownTimeout:      *w.shutdown,
 		RetryDelay:           *w.retryDelay,
 		Logger:               log,
