@@ -372,3 +372,21 @@ func count(ts []events.EventType, t events.EventType) int {
 	}
 	return n
 }
+
+// EventInterval merges the text of a fast stream into fewer events without
+// losing or reordering any of it.
+func TestEventIntervalMergesDeltas(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(consumer.Config{WorkerID: "paced", EventInterval: 200 * time.Millisecond})
+	e.submit(request("paced-1", map[string]string{"emu_tokens": "100", "emu_token_ms": "10"})) // ~1s of text
+	evs := e.collect("paced-1", 20*time.Second)
+	checkWellFormed(t, evs)
+	if got, want := text(evs), e.emulatorText("paced-1"); got != want {
+		t.Fatalf("text %q, want %q", got, want)
+	}
+	// About 1s of text at one event per 200ms: a handful, never near 100.
+	if n := count(types(evs), events.TypeTextDelta); n > 12 {
+		t.Fatalf("%d text.delta events for 100 tokens over ~1s with a 200ms interval", n)
+	}
+}

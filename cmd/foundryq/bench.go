@@ -17,7 +17,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tokenDelay := f.Duration("token-delay", "", 0, "pause between tokens in the relay phase")
 	streamDelay := f.Duration("stream-token-delay", "", 20*time.Millisecond, "pause between tokens of the runs being cancelled")
 	spread := f.Duration("cancel-spread", "", 5*time.Second, "send the cancels evenly over this time (0: all at once, 64 in flight)")
-	interval := f.Duration("event-interval", "", 0, "the workers' least time between two text.delta events of a run")
+	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the workers' least time between two text.delta events of a run (negative: off)")
 	lf := addLogFlags(f, "console")
 	*lf.level = "error"
 	if err := f.parse(args, stdout); err != nil {

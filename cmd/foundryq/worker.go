@@ -42,7 +42,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once")
 	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)")
 	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", 0, "run deadline for requests without timeout_seconds (0: none)")
-	w.eventInterval = f.Duration("event-interval", "FOUNDRYQ_EVENT_INTERVAL", 0, "least time between two text.delta events of a run (0: publish as soon as the previous event is stored)")
+	w.eventInterval = f.Duration("event-interval", "FOUNDRYQ_EVENT_INTERVAL", 50*time.Millisecond, "least time between two text.delta events of a run; text arriving sooner merges (negative: off)")
 	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel")
 	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)")
 	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown")

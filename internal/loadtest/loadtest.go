@@ -43,7 +43,8 @@ type Config struct {
 	// sent, evenly spaced in random order; 0 sends them all at once (with 64
 	// in flight). Default 5s.
 	CancelSpread time.Duration
-	// EventInterval is the workers' consumer.Config.EventInterval. Default 0.
+	// EventInterval is the workers' consumer.Config.EventInterval (0: its
+	// default).
 	EventInterval time.Duration
 	// Logger receives the workers' logs. Default: none.
 	Logger *zerolog.Logger
