@@ -124,3 +124,7 @@ func responsePath(id, suffix string) (string, error) {
 	}
 	return "responses/" + id + suffix, nil
 }
+
+// CloseIdleConnections closes the HTTP connections that no request is using,
+// e.g. when a program that used the client is done with it.
+func (c *Client) CloseIdleConnections() { c.cfg.HTTPClient.CloseIdleConnections() }

@@ -45,6 +45,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	defer up.CloseIdleConnections()
 	nc, err := ns.Connect()
 	if err != nil {
 		return err

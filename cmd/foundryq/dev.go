@@ -63,11 +63,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer func() { _ = emu.close() }()
 		base, key = emu.baseURL(), *ef.apiKey
+		if key == "" {
+			key = "emulator" // any key: the emulator checks none, and without one the client would use Entra ID
+		}
 	}
 	up, err := foundry.New(foundry.Config{BaseURL: base, APIKey: key, Scope: *scope, AgentField: *agentField})
 	if err != nil {
 		return err
 	}
+	defer up.CloseIdleConnections()
 	nc, err := ns.Connect()
 	if err != nil {
 		return err

@@ -104,6 +104,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	defer up.CloseIdleConnections()
 	nc, err := nf.connect("foundryq-worker", true)
 	if err != nil {
 		return err

@@ -131,6 +131,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	defer up.CloseIdleConnections()
 	wctx, stop := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(wctx)
 	var conns []*nats.Conn

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func runCmd(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	code := run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsageAndHelp(t *testing.T) {
+	ctx := context.Background()
+	if code, _, stderr := runCmd(t, ctx, "nope"); code != 2 || !strings.Contains(stderr, `unknown command "nope"`) {
+		t.Fatalf("unknown command: code %d, stderr %q", code, stderr)
+	}
+	for name := range commands {
+		code, stdout, _ := runCmd(t, ctx, name, "--help")
+		if code != 0 || !strings.Contains(stdout, "Usage: foundryq "+name) {
+			t.Errorf("%s --help: code %d, output %q", name, code, stdout)
+		}
+	}
+	_, stdout, _ := runCmd(t, ctx, "worker", "--help")
+	for _, want := range []string{"--nats-url", "NATS_URL", "nats://127.0.0.1:4222", "--foundry-endpoint", "FOUNDRY_ENDPOINT", "--foundry-api-key", "FOUNDRY_API_KEY", "--concurrency", "64"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("worker --help does not mention %q", want)
+		}
+	}
+	if code, _, stderr := runCmd(t, ctx, "worker", "--concurrency", "x"); code != 2 || !strings.Contains(stderr, "concurrency") {
+		t.Errorf("bad flag: code %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, ctx, "worker"); code != 2 || !strings.Contains(stderr, "FOUNDRY_ENDPOINT") {
+		t.Errorf("worker without endpoint: code %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, ctx, "submit", "--input", "hi"); code != 2 || !strings.Contains(stderr, "model") {
+		t.Errorf("submit without model or agent: code %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, ctx, "cancel", "bad id!"); code != 2 || !strings.Contains(stderr, "run id") {
+		t.Errorf("cancel with a bad id: code %d, stderr %q", code, stderr)
+	}
+}
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("FOUNDRYQ_CONCURRENCY", "7")
+	f := newFlags("x", "x")
+	n := f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "")
+	if err := f.parse(nil, &bytes.Buffer{}); err != nil || *n != 7 {
+		t.Fatalf("env value: %d, %v", *n, err)
+	}
+	f = newFlags("x", "x")
+	n = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "")
+	if err := f.parse([]string{"--concurrency", "9"}, &bytes.Buffer{}); err != nil || *n != 9 {
+		t.Fatalf("flag over env: %d, %v", *n, err)
+	}
+	t.Setenv("FOUNDRYQ_CONCURRENCY", "lots")
+	f = newFlags("x", "x")
+	f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "")
+	if err := f.parse(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "FOUNDRYQ_CONCURRENCY") {
+		t.Fatalf("bad env value: %v", err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// The README's first command, end to end: dev mode, then submit --watch,
+// a slow run cancelled with the cancel command, runs, and exit codes.
+func TestDevModeWithTheCLI(t *testing.T) {
+	natsPort, emuPort := freePort(t), freePort(t)
+	t.Setenv("FOUNDRY_ENDPOINT", "") // the emulator, whatever the caller's environment
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var devOut, devErr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"dev", "--nats-port", strconv.Itoa(natsPort), "--emulator-addr", "127.0.0.1:" + strconv.Itoa(emuPort),
+			"--http-addr", "", "--workers", "2", "--emulator-token-delay", "1ms", "--log-level", "warn"}, &devOut, &devErr)
+	}()
+	defer func() {
+		stop()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("dev exited %d: %s", code, devErr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("dev did not stop")
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(devOut.String(), "foundryq dev is running") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev did not start: %s %s", devOut.String(), devErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	natsURL := "nats://127.0.0.1:" + strconv.Itoa(natsPort)
+	cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	code, stdout, stderr := runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "hello", "--run-id", "cli-1", "--watch")
+	if code != 0 || !strings.HasPrefix(stdout, "cli-1\n") || len(strings.TrimSpace(stdout)) < len("cli-1")+10 || !strings.Contains(stderr, "run completed") {
+		t.Fatalf("submit --watch: code %d\nstdout %q\nstderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "slow", "--run-id", "cli-2",
+		"--metadata", "emu_tokens=100000", "--metadata", "emu_token_ms=20")
+	if code != 0 || stdout != "cli-2\n" {
+		t.Fatalf("submit: code %d, stdout %q", code, stdout)
+	}
+	watched := make(chan [3]string, 1)
+	go func() {
+		code, stdout, stderr := runCmd(t, cctx, "watch", "--nats-url", natsURL, "cli-2")
+		watched <- [3]string{strconv.Itoa(code), stdout, stderr}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	code, stdout, _ = runCmd(t, cctx, "cancel", "--nats-url", natsURL, "cli-2")
+	if code != 0 || !strings.Contains(stdout, "cancelling") {
+		t.Fatalf("cancel: code %d, stdout %q", code, stdout)
+	}
+	w := <-watched
+	if w[0] != "2" || !strings.Contains(w[2], "run cancelled: a cancel was requested; Foundry status: cancelled") {
+		t.Fatalf("watch of a cancelled run: code %s, stderr %q", w[0], w[2])
+	}
+	if code, stdout, _ := runCmd(t, cctx, "cancel", "--nats-url", natsURL, "no-such-run"); code != 1 || !strings.Contains(stdout, "not found") {
+		t.Fatalf("cancel of an unknown run: code %d, stdout %q", code, stdout)
+	}
+	if code, stdout, _ := runCmd(t, cctx, "runs", "--nats-url", natsURL); code != 0 || !strings.Contains(stdout, "cli-1") || !strings.Contains(stdout, "cancelled") {
+		t.Fatalf("runs: code %d, stdout %q", code, stdout)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("demo takes a few seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code, stdout, stderr := runCmd(t, ctx, "demo", "--tool-time", "1s")
+	if code != 0 {
+		t.Fatalf("demo exited %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"server-side status of", ": cancelled", "tool calls completed after the cancel:   0", "tokens generated after the cancel:       0"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
