@@ -38,10 +38,21 @@ func (r *repeatReader) Close() error { return nil }
 // this package with openai-go's ssestream + ResponseStreamEventUnion, on the
 // same bytes:
 //
-//	decode/*: the JSON decode of one event's data only;
+//	decode/*: the JSON decode of one event's data only (foundry: the
+//	  delta fast path; foundry-general: the decoder for every other event);
 //	stream/*: SSE framing + decode, reading an endless stream of that frame.
 func BenchmarkDecodeDelta(b *testing.B) {
 	b.Run("decode/foundry", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(deltaData)))
+		var ev Event
+		for b.Loop() {
+			if !decodeDelta(deltaData, &ev) || ev.Delta != " world" || !ev.HasSeq {
+				b.Fatal(ev)
+			}
+		}
+	})
+	b.Run("decode/foundry-general", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(deltaData)))
 		var ev Event

@@ -73,7 +73,9 @@ func (s *Stream) Next() bool {
 		s.finish(s.truncated(nil))
 		return false
 	}
-	if err := decodeEventInto(name, data, &s.ev, &s.wire); err != nil {
+	if (len(name) == 0 || string(name) == EventOutputTextDelta) && decodeDelta(data, &s.ev) {
+		// the hot path: a plain text delta
+	} else if err := decodeEventInto(name, data, &s.ev, &s.wire); err != nil {
 		var apiErr *APIError
 		if errors.As(err, &apiErr) {
 			apiErr.ResponseID = s.responseID
