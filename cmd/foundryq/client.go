@@ -121,7 +121,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !events.ValidRunID(runID) {
 		return usageError{fmt.Errorf("watch: run id %q must match [A-Za-z0-9_-]{1,64}", runID)}
 	}
-	nc, err := nf.connect("foundryq-watch", true)
+	nc, err := nf.connect("foundryq-watch", false)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -24,17 +23,16 @@ func addNATSFlags(f *flags) natsFlags {
 	}
 }
 
-// connect dials NATS. Long-running commands reconnect forever; short ones
-// fail fast with a hint.
-func (n natsFlags) connect(name string, longRunning bool) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name)}
+// connect dials NATS. Every command reconnects after a lost connection; a
+// worker also waits for a server that is not up yet, while the client
+// commands fail at once with a hint.
+func (n natsFlags) connect(name string, waitForServer bool) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.Timeout(3 * time.Second)}
 	if *n.creds != "" {
 		opts = append(opts, nats.UserCredentials(*n.creds))
 	}
-	if longRunning {
-		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(time.Second))
-	} else {
-		opts = append(opts, nats.Timeout(3*time.Second))
+	if waitForServer {
+		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
 	nc, err := nats.Connect(*n.url, opts...)
 	if err != nil {
@@ -77,5 +75,3 @@ func needArgs(f *flags, n int, what string) error {
 	}
 	return nil
 }
-
-var _ = os.Stderr

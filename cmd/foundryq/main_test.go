@@ -182,4 +182,3 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
-
