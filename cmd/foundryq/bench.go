@@ -20,13 +20,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the workers' least time between two text.delta events of a run (negative: off)")
 	lf := addLogFlags(f, "console")
 	*lf.level = "error"
-	if err := f.parse(args, stdout); err != nil {
-		return err
-	}
-	if err := needArgs(f, 0, "no arguments"); err != nil {
-		return err
-	}
-	log, err := lf.logger(stderr)
+	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -37,15 +37,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{fmt.Errorf("submit: %w", err)}
 	}
-	nc, err := nf.connect("foundryq-submit", false)
+	c, closeConn, err := nf.client("foundryq-submit")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
-	if err != nil {
-		return err
-	}
+	defer closeConn()
 	if _, err := c.Submit(ctx, req); err != nil {
 		if errors.Is(err, events.ErrInvalidRequest) {
 			return usageError{fmt.Errorf("submit: %w", err)}
@@ -114,22 +110,15 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}
-	if err := needArgs(f, 1, "one RUN_ID"); err != nil {
-		return err
-	}
-	runID := f.fs.Arg(0)
-	if !events.ValidRunID(runID) {
-		return usageError{fmt.Errorf("watch: run id %q must match [A-Za-z0-9_-]{1,64}", runID)}
-	}
-	nc, err := nf.connect("foundryq-watch", false)
+	runID, err := runIDArg(f)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
+	c, closeConn, err := nf.client("foundryq-watch")
 	if err != nil {
 		return err
 	}
+	defer closeConn()
 	opts := events.WatchOptions{NoHeartbeat: *noBeat}
 	if *fromNow {
 		opts.From = events.FromNow
@@ -231,22 +220,15 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}
-	if err := needArgs(f, 1, "one RUN_ID"); err != nil {
-		return err
-	}
-	runID := f.fs.Arg(0)
-	if !events.ValidRunID(runID) {
-		return usageError{fmt.Errorf("cancel: run id %q must match [A-Za-z0-9_-]{1,64}", runID)}
-	}
-	nc, err := nf.connect("foundryq-cancel", false)
+	runID, err := runIDArg(f)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
+	c, closeConn, err := nf.client("foundryq-cancel")
 	if err != nil {
 		return err
 	}
+	defer closeConn()
 	reply, err := c.Cancel(ctx, runID, *reason)
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", runID, err)
@@ -290,15 +272,11 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.fs.NArg() > 1 {
 		return usageError{errors.New("runs: want at most one RUN_ID")}
 	}
-	nc, err := nf.connect("foundryq-runs", false)
+	c, closeConn, err := nf.client("foundryq-runs")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *nf.prefix})
-	if err != nil {
-		return err
-	}
+	defer closeConn()
 	if f.fs.NArg() == 1 {
 		st, _, err := c.State(ctx, f.fs.Arg(0))
 		if errors.Is(err, events.ErrStateNotFound) {

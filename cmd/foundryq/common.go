@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/foundryq/foundryq/events"
 )
 
 // natsFlags are the settings every command that talks to NATS shares.
@@ -41,6 +43,33 @@ func (n natsFlags) connect(name string, waitForServer bool) (*nats.Conn, error) 
 	return nc, nil
 }
 
+// client connects (failing fast) and returns an events client on the
+// connection, with the function that closes it.
+func (n natsFlags) client(name string) (*events.Client, func(), error) {
+	nc, err := n.connect(name, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := events.NewClient(nc, events.ClientConfig{Prefix: *n.prefix})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return c, nc.Close, nil
+}
+
+// runIDArg is the single RUN_ID argument of a command.
+func runIDArg(f *flags) (string, error) {
+	if err := needArgs(f, 1, "one RUN_ID"); err != nil {
+		return "", err
+	}
+	runID := f.fs.Arg(0)
+	if !events.ValidRunID(runID) {
+		return "", usageError{fmt.Errorf("%s: run id %q must match [A-Za-z0-9_-]{1,64}", f.fs.Name(), runID)}
+	}
+	return runID, nil
+}
+
 // logFlags select the log level and format.
 type logFlags struct {
 	level, format *string
@@ -66,6 +95,18 @@ func (l logFlags) logger(w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Nop(), usageError{fmt.Errorf("log format %q: want json or console", *l.format)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+// parseCommand parses the flags of a command that takes no arguments and
+// returns its logger.
+func parseCommand(f *flags, lf logFlags, args []string, stdout, stderr io.Writer) (zerolog.Logger, error) {
+	if err := f.parse(args, stdout); err != nil {
+		return zerolog.Nop(), err
+	}
+	if err := needArgs(f, 0, "no arguments"); err != nil {
+		return zerolog.Nop(), err
+	}
+	return lf.logger(stderr)
 }
 
 // needArgs checks the positional arguments.

@@ -23,13 +23,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	toolTime := f.Duration("tool-time", "", 3*time.Second, "how long the emulated MCP tool call of the second run would take")
 	lf := addLogFlags(f, "console")
 	*lf.level = "warn"
-	if err := f.parse(args, stdout); err != nil {
-		return err
-	}
-	if err := needArgs(f, 0, "no arguments"); err != nil {
-		return err
-	}
-	log, err := lf.logger(stderr)
+	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -21,27 +21,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	natsPort := f.Int("nats-port", "FOUNDRYQ_DEV_NATS_PORT", 4222, "port of the embedded NATS server (on 127.0.0.1)")
 	dataDir := f.String("data-dir", "FOUNDRYQ_DEV_DATA_DIR", "", "JetStream data directory (default: a temporary directory, removed at exit)")
 	emuAddr := f.String("emulator-addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "address of the Foundry emulator (not started when FOUNDRY_ENDPOINT is set)")
-	endpoint := f.String("foundry-endpoint", "FOUNDRY_ENDPOINT", "", "use this Foundry v1 base URL instead of the emulator")
-	apiKey := f.String("foundry-api-key", "FOUNDRY_API_KEY", "", "API key for --foundry-endpoint (without it: Entra ID)")
 	workers := f.Int("workers", "FOUNDRYQ_DEV_WORKERS", 1, "in-process workers to run (0: none)")
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics and /healthz (empty: off)")
 	ef := addEmulatorFlags(f, 25*time.Millisecond)
-	wf := addWorkerFlags(f, false)
-	scope := f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host")
-	agentField := f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference")
+	wf := addWorkerFlags(f, true) // with --foundry-endpoint set, dev uses it instead of the emulator
 	lf := addLogFlags(f, "console")
-	if err := f.parse(args, stdout); err != nil {
-		return err
-	}
-	if err := needArgs(f, 0, "no arguments"); err != nil {
+	log, err := parseCommand(f, lf, args, stdout, stderr)
+	if err != nil {
 		return err
 	}
 	if *workers < 0 {
 		return usageError{fmt.Errorf("dev: --workers must be 0 or more, got %d", *workers)}
-	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		return err
 	}
 
 	ns, err := natsembed.Start(natsembed.Config{Host: "127.0.0.1", Port: *natsPort, StoreDir: *dataDir})
@@ -50,7 +40,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer ns.Shutdown()
 
-	base, key := *endpoint, *apiKey
+	base, key := *wf.endpoint, *wf.apiKey
 	var emu *emulator
 	if base == "" {
 		cfg := ef.config(log.With().Str("component", "emulator").Logger())
@@ -67,7 +57,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			key = "emulator" // any key: the emulator checks none, and without one the client would use Entra ID
 		}
 	}
-	up, err := foundry.New(foundry.Config{BaseURL: base, APIKey: key, Scope: *scope, AgentField: *agentField})
+	up, err := foundry.New(wf.foundryConfig(base, key))
 	if err != nil {
 		return err
 	}

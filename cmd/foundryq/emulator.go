@@ -47,13 +47,7 @@ func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	addr := f.String("addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "listen address")
 	ef := addEmulatorFlags(f, 0)
 	lf := addLogFlags(f, "console")
-	if err := f.parse(args, stdout); err != nil {
-		return err
-	}
-	if err := needArgs(f, 0, "no arguments"); err != nil {
-		return err
-	}
-	log, err := lf.logger(stderr)
+	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -87,13 +87,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wf := addWorkerFlags(f, true)
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics and /healthz (empty: off)")
 	lf := addLogFlags(f, "json")
-	if err := f.parse(args, stdout); err != nil {
-		return err
-	}
-	if err := needArgs(f, 0, "no arguments"); err != nil {
-		return err
-	}
-	log, err := lf.logger(stderr)
+	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
