@@ -140,11 +140,11 @@ func (w *Worker) answerCancel(ctx context.Context, runID string, req events.Canc
 			s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
 			return nil
 		}
-		job, err := findJob()
+		queued, err := findJob()
 		switch {
 		case err != nil:
 			return fmt.Errorf("look up the run's job: %w", err)
-		case !exists && job == nil:
+		case !exists && queued == nil:
 			notFound = true
 			return events.ErrSkipUpdate
 		default:
