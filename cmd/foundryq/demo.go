@@ -65,6 +65,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// The workers provision too, concurrently; doing it here first means
+	// the first submit cannot beat them to it.
+	if _, err := events.Provision(ctx, c.JetStream(), c.Names(), events.ProvisionConfig{}); err != nil {
+		return err
+	}
 	say := func(format string, a ...any) { fmt.Fprintf(stdout, "\n== "+format+"\n", a...) }
 
 	say("1. A run streamed to the terminal (embedded NATS, Foundry emulator, two workers)")

@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
@@ -67,6 +69,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer nc.Close()
+
+	// Provision before saying "running": clients can submit and watch at
+	// once, even with --workers 0.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := events.Provision(ctx, js, events.Names{Prefix: events.DefaultPrefix}, wf.config("", &log).Provision); err != nil {
+		return fmt.Errorf("dev: provision streams: %w", err)
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	reg := prometheus.NewRegistry()

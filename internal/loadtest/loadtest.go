@@ -164,6 +164,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	// The workers provision too, concurrently; doing it here first means
+	// the first submit cannot beat them to it.
+	if _, err := events.Provision(ctx, c.JetStream(), c.Names(), events.ProvisionConfig{}); err != nil {
+		return rep, err
+	}
 	obs, err := observe(nc)
 	if err != nil {
 		return rep, err
