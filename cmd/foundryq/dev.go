@@ -81,6 +81,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted, even with --workers 0
 	reg := prometheus.NewRegistry()
 	for i := range *workers {
 		wlog := log.With().Str("component", "worker").Logger()

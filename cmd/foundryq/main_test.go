@@ -166,6 +166,39 @@ func TestDevModeWithTheCLI(t *testing.T) {
 	}
 }
 
+// With --workers 0, dev still runs until interrupted (NATS and the emulator
+// serve external workers).
+func TestDevWithoutWorkersKeepsRunning(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var out syncBuffer
+	go func() {
+		done <- run(ctx, []string{"dev", "--workers", "0", "--nats-port", strconv.Itoa(freePort(t)),
+			"--emulator-addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--http-addr", "", "--log-level", "error"}, &out, &out)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "foundryq dev is running") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev did not start: %s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case code := <-done:
+		t.Fatalf("dev --workers 0 exited by itself with %d", code)
+	case <-time.After(500 * time.Millisecond):
+	}
+	stop()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("dev exited %d: %s", code, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("dev did not stop")
+	}
+}
+
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("demo takes a few seconds")
