@@ -80,9 +80,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("dev: provision streams: %w", err)
 	}
 
-	g, gctx := errgroup.WithContext(ctx)
+	rctx, cancel := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(rctx)
+	defer func() { cancel(); _ = g.Wait() }()        // an early return stops what started
 	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted, even with --workers 0
 	reg := prometheus.NewRegistry()
+	if *httpAddr != "" {
+		// Before any worker starts: a port in use fails here, with nothing to stop.
+		if _, err := serveOps(gctx, g, *httpAddr, reg, nc); err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+	}
 	for i := range *workers {
 		wlog := log.With().Str("component", "worker").Logger()
 		cfg := wf.config("", &wlog)
@@ -99,18 +107,6 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		g.Go(func() error { return w.Run(gctx) })
-	}
-	if *httpAddr != "" {
-		srv, err := serveOps(*httpAddr, reg, nc)
-		if err != nil {
-			return fmt.Errorf("dev: %w", err)
-		}
-		g.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			return srv.Shutdown(sctx)
-		})
 	}
 
 	fmt.Fprintf(stdout, "foundryq dev is running.\n  NATS:     %s (JetStream data in %s)\n", ns.ClientURL(), ns.StoreDir())

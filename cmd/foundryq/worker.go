@@ -115,24 +115,19 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if *httpAddr != "" {
-		srv, err := serveOps(*httpAddr, reg, nc)
+		addr, err := serveOps(gctx, g, *httpAddr, reg, nc)
 		if err != nil {
 			return err
 		}
-		log.Info().Str("addr", srv.Addr).Msg("serving /metrics and /healthz")
-		g.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			return srv.Shutdown(sctx)
-		})
+		log.Info().Str("addr", addr).Msg("serving /metrics and /healthz")
 	}
 	g.Go(func() error { return w.Run(gctx) })
 	return g.Wait()
 }
 
-// serveOps serves Prometheus metrics and a health check on addr.
-func serveOps(addr string, reg *prometheus.Registry, nc *nats.Conn) (*http.Server, error) {
+// serveOps serves Prometheus metrics and a health check on addr, in g,
+// until ctx ends. It returns the address it listens on.
+func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn) (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -144,9 +139,20 @@ func serveOps(addr string, reg *prometheus.Registry, nc *nats.Conn) (*http.Serve
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s for metrics: %w", addr, err)
+		return "", fmt.Errorf("listen on %s for metrics: %w", addr, err)
 	}
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return ln.Addr().String(), nil
 }
