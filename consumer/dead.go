@@ -8,14 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Headers on a dead letter (the body is the original run request).
-const (
-	HeaderDeadCode    = "Foundryq-Dead-Code"    // invalid_request, upstream_error
-	HeaderDeadReason  = "Foundryq-Dead-Reason"  // a human-readable message
-	HeaderDeadSubject = "Foundryq-Dead-Subject" // the subject the request arrived on
-	HeaderDeadWorker  = "Foundryq-Dead-Worker"  // the worker that gave up on it
+	"github.com/foundryq/foundryq/events"
 )
 
 // deadLetter copies a job that can never run to the dead-letter stream with
@@ -27,10 +21,10 @@ func (w *Worker) deadLetter(ctx context.Context, job jetstream.Msg, runID, code,
 	}
 	m := nats.NewMsg(w.names.DeadSubject(token))
 	m.Data = job.Data()
-	m.Header.Set(HeaderDeadCode, code)
-	m.Header.Set(HeaderDeadReason, strings.ReplaceAll(reason, "\n", " "))
-	m.Header.Set(HeaderDeadSubject, job.Subject())
-	m.Header.Set(HeaderDeadWorker, w.cfg.WorkerID)
+	m.Header.Set(events.HeaderDeadCode, code)
+	m.Header.Set(events.HeaderDeadReason, strings.ReplaceAll(reason, "\n", " "))
+	m.Header.Set(events.HeaderDeadSubject, job.Subject())
+	m.Header.Set(events.HeaderDeadWorker, w.cfg.WorkerID)
 	msgID := "dead:" + token
 	if meta, err := job.Metadata(); err == nil {
 		msgID = fmt.Sprintf("dead:%s:%d", token, meta.Sequence.Stream)

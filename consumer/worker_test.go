@@ -217,7 +217,7 @@ func TestInvalidRequestIsDeadLettered(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: no dead letter: %v", tc.id, err)
 		}
-		if string(m.Data) != tc.body || m.Header.Get(consumer.HeaderDeadCode) != "invalid_request" || m.Header.Get(consumer.HeaderDeadReason) == "" {
+		if string(m.Data) != tc.body || m.Header.Get(events.HeaderDeadCode) != "invalid_request" || m.Header.Get(events.HeaderDeadReason) == "" {
 			t.Fatalf("%s: dead letter %q headers %v", tc.id, m.Data, m.Header)
 		}
 	}

@@ -104,6 +104,14 @@ const (
 	HeaderUpstreamSeq = "Foundryq-Upstream-Seq" // last upstream sequence_number covered by the event
 )
 
+// Header names on a dead letter (its body is the original run request).
+const (
+	HeaderDeadCode    = "Foundryq-Dead-Code"    // invalid_request, upstream_error
+	HeaderDeadReason  = "Foundryq-Dead-Reason"  // a human-readable message
+	HeaderDeadSubject = "Foundryq-Dead-Subject" // the subject the request arrived on
+	HeaderDeadWorker  = "Foundryq-Dead-Worker"  // the worker that gave up on it
+)
+
 // MsgID is the Nats-Msg-Id of a run's event number seq: "<run_id>:<seq>".
 func MsgID(runID string, seq uint64) string {
 	return runID + ":" + strconv.FormatUint(seq, 10)
