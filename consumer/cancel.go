@@ -319,11 +319,10 @@ func (r *run) recordCancel(reason string) {
 		if s.Finished() {
 			return errFinished
 		}
-		if s.Cancel == nil {
-			now := time.Now().UTC()
-			s.Cancel = &events.CancelRecord{Reason: reason, At: now}
-			s.UpdatedAt = now
+		if s.Cancel != nil {
+			return events.ErrSkipUpdate // the first cancel stays on record
 		}
+		s.Cancel = &events.CancelRecord{Reason: reason, At: time.Now().UTC()}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errFinished) {

@@ -234,13 +234,6 @@ func (r *relay) close() {
 	}
 }
 
-// position returns the tail of the subject as stored so far.
-func (r *relay) position() position {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.last
-}
-
 // publish stores one event, retrying what may succeed on a retry (timeouts,
 // a reconnecting connection, JetStream briefly unavailable). The retry keeps
 // the message id, and a fence failure caused by our own earlier attempt

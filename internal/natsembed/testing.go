@@ -11,24 +11,19 @@ import (
 // t.Cleanup (the connection first, then the server).
 func RunTest(t testing.TB) (*Server, *nats.Conn) {
 	t.Helper()
-	s, err := Start(Config{InProcess: true})
-	if err != nil {
-		t.Fatalf("natsembed: start server: %v", err)
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := s.Connect()
-	if err != nil {
-		t.Fatalf("natsembed: connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return s, nc
+	return runTest(t, Config{InProcess: true})
 }
 
 // RunTestTCP is RunTest with a TCP listener on a random loopback port, for
 // tests that need a URL (subprocesses, reconnects).
 func RunTestTCP(t testing.TB) (*Server, *nats.Conn) {
 	t.Helper()
-	s, err := Start(Config{})
+	return runTest(t, Config{})
+}
+
+func runTest(t testing.TB, cfg Config) (*Server, *nats.Conn) {
+	t.Helper()
+	s, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("natsembed: start server: %v", err)
 	}
