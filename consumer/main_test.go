@@ -67,7 +67,9 @@ func setup(t *testing.T, opts ...envOpt) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := events.NewClient(nc, events.ClientConfig{})
+	// Correctness tests, not latency tests: a cancel under the race detector
+	// on a loaded machine may take longer than the default 5s to answer.
+	client, err := events.NewClient(nc, events.ClientConfig{CancelTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
