@@ -120,6 +120,8 @@ func TestStatsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The generation ends a moment after the client read the final event.
+	waitFor(t, "the generation to end", func() bool { return srv.Stats().ActiveGenerations == 0 })
 	var st Stats
 	readJSON(t, do(t, ctx, c, "GET", srv.URL()+"/_emulator/stats", nil), http.StatusOK, &st)
 	if st.ResponsesCreated != 1 || st.ResponsesByRun["stats"] != 1 || st.TokensGenerated != 3 ||

@@ -44,7 +44,9 @@ type Stats struct {
 	ToolCallsCompletedAfterDisconnect int64 `json:"tool_calls_completed_after_disconnect"`
 	// ToolCallsAborted counts tool calls stopped in flight by a cancel.
 	ToolCallsAborted int64 `json:"tool_calls_aborted"`
-	// ActiveGenerations is the number of responses being generated now.
+	// ActiveGenerations is the number of responses being generated now. A
+	// generation stops counting when its goroutine has ended, a moment after
+	// it emitted the final event.
 	ActiveGenerations int64 `json:"active_generations"`
 	// OpenStreams is the number of SSE streams being served now.
 	OpenStreams int64 `json:"open_streams"`
