@@ -15,6 +15,8 @@ const (
 	kindCancel = "cancel"
 	kindWatch  = "watch"
 	kindDead   = "dead"
+	// kindCancels holds the durable cancel records (stream <PREFIX>_CANCELS).
+	kindCancels = "cancels"
 )
 
 // Names derives every subject and JetStream name from a prefix. The zero
@@ -64,6 +66,12 @@ func (n Names) WatchSubject(runID string) string { return n.subject(kindWatch, r
 // DeadSubject is the subject of a run's dead letter: <prefix>.dead.<id>.
 func (n Names) DeadSubject(runID string) string { return n.subject(kindDead, runID) }
 
+// CancelRecordSubject is the subject of a run's durable cancel record:
+// <prefix>.cancels.<id> (stream <PREFIX>_CANCELS). Client.Cancel stores the
+// cancel there before it asks the workers, so that a cancel sent while no
+// worker runs is found by the worker that takes the run.
+func (n Names) CancelRecordSubject(runID string) string { return n.subject(kindCancels, runID) }
+
 // RunsWildcard, EventsWildcard, CancelWildcard, WatchWildcard and
 // DeadWildcard match the subject of every run of their kind.
 func (n Names) RunsWildcard() string   { return n.subject(kindRuns, "*") }
@@ -71,6 +79,9 @@ func (n Names) EventsWildcard() string { return n.subject(kindEvents, "*") }
 func (n Names) CancelWildcard() string { return n.subject(kindCancel, "*") }
 func (n Names) WatchWildcard() string  { return n.subject(kindWatch, "*") }
 func (n Names) DeadWildcard() string   { return n.subject(kindDead, "*") }
+
+// CancelRecordsWildcard matches every run's durable cancel record subject.
+func (n Names) CancelRecordsWildcard() string { return n.subject(kindCancels, "*") }
 
 func (n Names) upper() string { return strings.ToUpper(strings.ReplaceAll(n.prefix(), ".", "_")) }
 func (n Names) lower() string { return strings.ReplaceAll(n.prefix(), ".", "_") }
@@ -84,6 +95,9 @@ func (n Names) EventsStream() string { return n.upper() + "_EVENTS" }
 // DeadStream is the stream of dead letters (FOUNDRYQ_DEAD).
 func (n Names) DeadStream() string { return n.upper() + "_DEAD" }
 
+// CancelsStream is the stream of durable cancel records (FOUNDRYQ_CANCELS).
+func (n Names) CancelsStream() string { return n.upper() + "_CANCELS" }
+
 // Bucket is the KV bucket of run states (foundryq-runs).
 func (n Names) Bucket() string { return n.lower() + "-runs" }
 
@@ -95,7 +109,7 @@ func (n Names) Consumer() string { return n.lower() + "-workers" }
 func (n Names) WorkerQueueGroup() string { return n.Consumer() }
 
 // RunIDFromSubject returns the run id of any per-run subject (runs, events,
-// cancel, watch, dead) under this prefix, and false if subject is not one or
+// cancel, watch, dead, cancels) under this prefix, and false if subject is not one or
 // the id is not a valid run id.
 func (n Names) RunIDFromSubject(subject string) (string, bool) {
 	p := n.prefix() + "."
@@ -108,7 +122,7 @@ func (n Names) RunIDFromSubject(subject string) (string, bool) {
 		return "", false
 	}
 	switch kind {
-	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead:
+	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels:
 	default:
 		return "", false
 	}
