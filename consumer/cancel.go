@@ -14,6 +14,26 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 )
 
+// How a cancel reaches the server, and who calls Foundry's cancel.
+//
+// A client stores the cancel on <prefix>.cancels.<run_id> first, then sends a
+// request on <prefix>.cancel.<run_id>. One worker answers it (queue group):
+// it records the cancel in the run's state record, then tells the owner (a
+// notice on the cancel subject, which every worker hears outside the group;
+// directly if it owns the run itself), then replies. The reply therefore
+// always describes a cancel that is on record, and an owner that took the
+// run just before the record was written still hears it; a worker that
+// takes a run reads the record and the cancels stream first. No cancel is
+// lost.
+//
+// Both call Foundry's cancel: the answering worker when the record already
+// names the response (so the response stops being billed at once, even while
+// its owner is unresponsive, and the reply carries Foundry's status), and
+// the owner when it learns of the cancel, or the moment the response id
+// arrives if the create is still in flight, because only the owner can stop
+// relaying, confirm the final status and end the run. Foundry's cancel is
+// idempotent.
+
 // maxCancelsInFlight bounds the cancel requests one worker answers at once.
 const maxCancelsInFlight = 256
 
@@ -22,10 +42,13 @@ const maxCancelsInFlight = 256
 // own, so that the owner of a run hears every cancel for it at once,
 // whichever worker answers.
 func (w *Worker) subscribeCancels(ctx context.Context) (func(), error) {
-	subject := w.names.CancelSubject("*")
+	subject := w.names.CancelWildcard()
 	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	slots := make(chan struct{}, maxCancelsInFlight)
-	answer, err := w.nc.QueueSubscribe(subject, w.names.Consumer(), func(m *nats.Msg) {
+	answer, err := w.nc.QueueSubscribe(subject, w.names.WorkerQueueGroup(), func(m *nats.Msg) {
+		if m.Header.Get(events.HeaderCancelNotice) != "" {
+			return // a worker's notice to the owner, not a request
+		}
 		slots <- struct{}{}
 		w.cancelWG.Add(1)
 		go func() {
@@ -52,17 +75,35 @@ func (w *Worker) subscribeCancels(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// onCancelNotice stops the run if this worker owns it. The worker that
-// answers the request records it; the owner acts at once.
+// onCancelNotice stops the run if this worker owns it, when another worker
+// has recorded a cancel for it. Requests themselves are left to the
+// answering worker, so that a malformed cancel cancels nothing.
 func (w *Worker) onCancelNotice(m *nats.Msg) {
+	if m.Header.Get(events.HeaderCancelNotice) == "" {
+		return
+	}
 	runID, ok := w.names.RunIDFromSubject(m.Subject)
 	if !ok {
 		return
 	}
+	req, err := events.DecodeCancelRequest(m.Data)
+	if err != nil {
+		return
+	}
 	if r := w.owned(runID); r != nil {
 		r.log.Info().Msg("cancel requested")
-		r.stop(ErrCancelRequested)
+		r.requestCancel(req.Reason)
 	}
+}
+
+// requestCancel stops the run for a cancel request heard directly.
+func (r *run) requestCancel(note string) {
+	r.mu.Lock()
+	if r.cancelNote == "" {
+		r.cancelNote = note
+	}
+	r.mu.Unlock()
+	r.stop(ErrCancelRequested)
 }
 
 // onCancelRequest answers one cancel request.
@@ -70,20 +111,13 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 	start := time.Now()
 	reply := events.CancelReply{}
 	runID, ok := w.names.RunIDFromSubject(m.Subject)
-	switch {
-	case !ok:
+	if !ok {
 		reply.Error = "subject " + m.Subject + " does not name a valid run id"
-	default:
-		reply.RunID = runID
-		var req events.CancelRequest
-		if len(m.Data) > 0 {
-			if err := json.Unmarshal(m.Data, &req); err != nil {
-				reply.Error = "invalid cancel request body: " + err.Error()
-				break
-			}
-		}
+	} else if req, err := events.DecodeCancelRequest(m.Data); err != nil {
+		reply = events.CancelReply{RunID: runID, Error: "invalid cancel request: " + err.Error()}
+	} else {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		reply = w.answerCancel(actx, runID, req)
+		reply = w.answerCancel(actx, runID, req, m.Data)
 		cancel()
 	}
 	data, _ := json.Marshal(reply)
@@ -98,96 +132,71 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 	}
 	w.m.cancelRequests.WithLabelValues(result).Inc()
 	w.m.cancelReplySeconds.Observe(time.Since(start).Seconds())
-	w.log.Info().Str("run_id", runID).Str("result", result).Str("reason", "requested").Str("error", reply.Error).Msg("cancel answered")
+	w.log.Info().Str("run_id", runID).Str("result", result).Str("error", reply.Error).Msg("cancel answered")
 }
 
-// answerCancel records a cancel request durably, then acts on it:
-//   - unknown run: not_found;
-//   - finished run: already_finished, with its terminal event type (or
-//     cancelled again, if it was cancelled before it started);
-//   - queued run (no worker owns it): the run is ended here as
-//     run.cancelled, its job deleted, and the answer is cancelled;
-//   - running run: the cancel is recorded, Foundry's cancel is called if the
-//     response id is known (the owner calls it the moment the id arrives
-//     otherwise), and the answer is cancelling.
-func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest) events.CancelReply {
-	reply := events.CancelReply{RunID: runID}
-	// The job is looked up only when no worker owns the run.
-	var job *jetstream.RawStreamMsg
-	var jobErr error
-	lookedUp := false
-	findJob := func() (*jetstream.RawStreamMsg, error) {
-		if !lookedUp {
-			lookedUp = true
-			job, jobErr = w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
-			if errors.Is(jobErr, jetstream.ErrMsgNotFound) {
-				job, jobErr = nil, nil
-			}
+// answerCancel decides what a cancel request does from the run's record
+// (decideCancel) and does it. body is the request as received, passed on
+// to the owner.
+func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest, body []byte) events.CancelReply {
+	for range 3 {
+		st, exists, err := w.readState(ctx, runID)
+		if err != nil {
+			return events.CancelReply{RunID: runID, Error: err.Error()}
 		}
-		return job, jobErr
+		switch decideCancel(st, exists) {
+		case cancelRefuse:
+			return events.CancelReply{RunID: runID, Error: fmt.Sprintf("the run's record has schema %d, newer than this worker's %d", st.Schema, stateSchema)}
+		case cancelReportFinished:
+			return finishedReply(st)
+		case cancelThroughRecord:
+			return w.cancelTaken(ctx, runID, req, body)
+		case cancelBeforeStart:
+			reply, err := w.cancelNotTaken(ctx, runID, req, exists)
+			if errors.Is(err, errClaimed) {
+				continue // a worker took the run meanwhile
+			}
+			return reply
+		}
 	}
-	now := time.Now().UTC()
-	var notFound, endHere bool
+	return events.CancelReply{RunID: runID, Error: "the run changed hands while the cancel was answered; send it again"}
+}
+
+// finishedReply answers a cancel of a run that has ended.
+func finishedReply(st events.RunState) events.CancelReply {
+	reply := events.CancelReply{RunID: st.RunID, Result: events.CancelAlreadyFinished, Terminal: st.Terminal, UpstreamStatus: st.UpstreamStatus}
+	if st.Terminal == events.TypeRunCancelled && st.ResponseID == "" && st.CreateStartedAt == nil {
+		reply.Result = events.CancelCancelled // cancelled before it started: the answer it got the first time
+	}
+	return reply
+}
+
+// cancelTaken records a cancel for a run a worker has taken, tells the
+// owner, and cancels the response upstream if its id is on record.
+func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.CancelRequest, body []byte) events.CancelReply {
+	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: time.Now().UTC()}
 	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
-		notFound, endHere = false, false
-		if exists && s.Finished() {
-			return errFinished
-		}
-		if exists && s.Status != events.StatusQueued {
-			if s.Cancel != nil {
-				return events.ErrSkipUpdate // recorded already
-			}
-			s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
-			return nil
-		}
-		queued, err := findJob()
-		switch {
-		case err != nil:
-			return fmt.Errorf("look up the run's job: %w", err)
-		case !exists && queued == nil:
-			notFound = true
-			return events.ErrSkipUpdate
-		default:
-			// Nobody owns the run. Claiming it as cancelled means no worker
-			// will ever start it: a worker's claim sees it finished.
-			endHere = true
-			s.Status, s.Terminal, s.Owner, s.FinishedAt = events.StatusCancelled, events.TypeRunCancelled, w.cfg.WorkerID, &now
-			if s.Cancel == nil {
-				s.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
-			}
-			return nil
-		}
+		return recordCancel(s, exists, rec)
 	})
 	switch {
 	case errors.Is(err, errFinished):
-		reply.Result = events.CancelAlreadyFinished
-		if st.Terminal == events.TypeRunCancelled && st.ResponseID == "" {
-			reply.Result = events.CancelCancelled // the answer it got the first time
-		}
-		reply.Terminal = st.Terminal
-		reply.UpstreamStatus = st.UpstreamStatus
-		return reply
+		return finishedReply(st)
 	case err != nil:
-		reply.Error = fmt.Sprintf("record cancel: %v", err)
-		return reply
-	case notFound:
-		reply.Result = events.CancelNotFound
-		return reply
-	case endHere:
-		if err := w.endQueued(ctx, runID, job); err != nil {
-			reply.Error = err.Error()
-			return reply
-		}
-		reply.Result = events.CancelCancelled
-		return reply
+		return events.CancelReply{RunID: runID, Error: "record the cancel: " + err.Error()}
 	}
-	reply.Result = events.CancelCancelling
+	reply := events.CancelReply{RunID: runID, Result: events.CancelCancelling}
+	if r := w.owned(runID); r != nil {
+		r.log.Info().Msg("cancel requested")
+		r.requestCancel(req.Reason)
+	} else {
+		w.noticeOwner(runID, body)
+	}
 	if st.ResponseID != "" {
 		resp, err := w.up.Cancel(ctx, st.ResponseID)
 		switch {
 		case err == nil:
 			reply.UpstreamStatus = resp.Status
-		case errors.Is(err, foundry.ErrNotFound):
+		case isNotFound(err):
 			reply.UpstreamStatus = "not_found"
 		default:
 			w.m.upstreamErrors.WithLabelValues("cancel").Inc()
@@ -197,21 +206,63 @@ func (w *Worker) answerCancel(ctx context.Context, runID string, req events.Canc
 	return reply
 }
 
-// endQueued publishes run.cancelled for a run that was claimed as cancelled
-// before any worker started it, and deletes its job.
-func (w *Worker) endQueued(ctx context.Context, runID string, job *jetstream.RawStreamMsg) error {
+// noticeOwner tells the run's owner about a cancel now on record: the owner
+// may have taken the run after the request was first delivered.
+func (w *Worker) noticeOwner(runID string, body []byte) {
+	m := nats.NewMsg(w.names.CancelSubject(runID))
+	m.Data = body
+	m.Header.Set(events.HeaderCancelNotice, w.cfg.WorkerID)
+	if err := w.nc.PublishMsg(m); err != nil {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("tell the owner about the cancel")
+	}
+}
+
+// cancelNotTaken ends a run that no worker has taken: the record says
+// cancelled first (a worker that pulls the job now finds it finished), then
+// run.cancelled is published and the job deleted. Without a job or a record
+// the run is unknown.
+func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.CancelRequest, exists bool) (events.CancelReply, error) {
+	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		job, err = nil, nil
+	}
+	if err != nil {
+		return events.CancelReply{RunID: runID, Error: "look up the run's job: " + err.Error()}, nil
+	}
+	if job == nil && !exists {
+		w.forgetCancel(ctx, runID)
+		return events.CancelReply{RunID: runID, Result: events.CancelNotFound}, nil
+	}
+	digest := ""
+	if job != nil {
+		digest = events.RawDigest(job.Data)
+		if r, err := events.DecodeRunRequest(job.Data); err == nil {
+			digest = r.Digest()
+		}
+	}
 	pos, err := w.tail(ctx, runID)
 	if err != nil {
-		return err
+		return events.CancelReply{RunID: runID, Error: err.Error()}, nil
 	}
-	if !pos.Type.Terminal() {
-		rel := newRelay(w.pub, w.res.Events, w.names, runID, pos, 0, w.m)
-		rel.add(events.RunEvent{Type: events.TypeRunCancelled, Reason: events.ReasonRequested, Usage: &events.Usage{}}, -1)
-		rel.close()
-		rel.run(ctx, func(error) {})
-		if err := rel.flush(ctx); err != nil {
-			return fmt.Errorf("publish run.cancelled: %w", err)
-		}
+	now := time.Now().UTC()
+	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
+	end := events.RunEvent{RunID: runID, Seq: pos.Seq + 1, Type: events.TypeRunCancelled, Time: now,
+		Reason: events.ReasonRequested, Usage: &events.Usage{}}
+	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
+		return cancelQueued(s, exists, w.cfg.WorkerID, digest, rec, end, now)
+	})
+	switch {
+	case errors.Is(err, errClaimed):
+		return events.CancelReply{}, err
+	case errors.Is(err, errFinished):
+		return finishedReply(st), nil
+	case err != nil:
+		return events.CancelReply{RunID: runID, Error: "record the cancel: " + err.Error()}, nil
+	}
+	if err := w.publishEnd(ctx, runID, pos, end, w.log.With().Str("run_id", runID).Logger()); err != nil {
+		// The record says cancelled; the worker that pulls the job
+		// publishes the event from it.
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("publish run.cancelled of a queued run")
 	}
 	if job != nil {
 		if err := w.res.Runs.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -221,51 +272,65 @@ func (w *Worker) endQueued(ctx context.Context, runID string, job *jetstream.Raw
 	}
 	w.m.runsCancelled.WithLabelValues(events.ReasonRequested).Inc()
 	w.m.runsFinished.WithLabelValues(string(events.TypeRunCancelled)).Inc()
-	return nil
+	return events.CancelReply{RunID: runID, Result: events.CancelCancelled}, nil
 }
 
-// cancel stops a running run server-side: record the cancel, call
-// Foundry's cancel as soon as the response id exists, stop relaying, confirm
-// the upstream terminal status, and end the run as run.cancelled.
+// forgetCancel drops the cancel record of a run id that names no run, so
+// that a run submitted later under it is not cancelled by it.
+func (w *Worker) forgetCancel(ctx context.Context, runID string) {
+	err := w.res.Cancels.Purge(ctx, jetstream.WithPurgeSubject(w.names.CancelRecordSubject(runID)))
+	if err != nil {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("drop the cancel record of an unknown run")
+	}
+}
+
+// pendingCancel returns the cancel on record for the run: in its state, or
+// else in the cancels stream (stored by a client while no worker answered),
+// which it then writes into the state. A cancel heard directly counts too.
+func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
+	if st.Cancel != nil {
+		return st.Cancel
+	}
+	m, err := r.w.res.Cancels.GetLastMsgForSubject(r.hard, r.w.names.CancelRecordSubject(r.id))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			r.log.Warn().Err(err).Msg("read the cancels stream")
+		}
+		return nil
+	}
+	req, _ := events.DecodeCancelRequest(m.Data) // an unreadable body is a cancel without a note
+	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: m.Time.UTC()}
+	if _, err := r.persist("record the cancel", func(s *events.RunState, exists bool) error {
+		return recordCancel(s, exists, rec)
+	}); err != nil && !errors.Is(err, events.ErrSkipUpdate) {
+		r.log.Warn().Err(err).Msg("record the stored cancel in the state bucket")
+	}
+	return &rec
+}
+
+// cancel stops a running run server-side: record the cancel, call Foundry's
+// cancel as soon as the response id exists, stop relaying, confirm the
+// upstream terminal status, and end the run as run.cancelled. However long
+// the create takes, the run ends only once Foundry was asked to cancel.
 func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.CancelFunc) {
 	r.log.Info().Str("reason", reason).Msg("cancelling the run upstream")
-	if reason != events.ReasonRequested {
-		r.recordCancel(reason) // a requested cancel is recorded by the worker that answered it
-	}
+	r.recordOwnCancel(reason)
 	id := r.currentResponseID()
 	if id == "" {
-		// The create is in flight: Foundry's cancel needs the id it returns.
-		wait := time.NewTimer(r.w.cfg.CancelConfirmTimeout)
-		defer wait.Stop()
 		select {
 		case <-r.idReady:
 			id = r.currentResponseID()
 		case out := <-readerDone:
-			if out.responseMissing {
-				r.finishCancelled(reason, nil, false)
-			} else {
-				r.finishCancelled(reason, nil, true)
-			}
+			r.cancelledBeforeID(reason, out)
 			return
-		case <-wait.C:
-			upStop()
-			<-readerDone
-			if id = r.currentResponseID(); id == "" {
-				r.log.Warn().Msg("no response id arrived in time; the run ends cancelled with unknown upstream state")
-				r.finishCancelled(reason, nil, true)
-				return
-			}
-			readerDone = nil
+		case <-r.hard.Done():
+			return
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.hard, r.w.cfg.CancelConfirmTimeout)
 	defer cancel()
-	resp, err := r.w.up.Cancel(ctx, id)
-	if err != nil {
-		r.w.m.upstreamErrors.WithLabelValues("cancel").Inc()
-		r.log.Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
-	}
-	if err == nil && isTerminalStatus(resp.Status) && resp.Status != "cancelled" && readerDone != nil {
+	resp, err := r.cancelUpstream(ctx, id)
+	if err == nil && resp.Terminal() && resp.Status != foundry.StatusCancelled {
 		// Foundry finished the response before the cancel reached it: the
 		// run ends as Foundry ended it, with every token relayed.
 		r.log.Info().Str("upstream_status", resp.Status).Msg("the response had already ended upstream; relaying its end")
@@ -283,7 +348,58 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 	if readerDone != nil {
 		<-readerDone
 	}
-	r.finishCancelled(reason, r.confirm(ctx, id, resp), true)
+	r.finishCancelled(reason, r.confirm(ctx, id, resp), reachConfirmed)
+}
+
+// cancelledBeforeID ends a cancelled run whose reader stopped before the
+// response id was known.
+func (r *run) cancelledBeforeID(reason string, out outcome) {
+	switch {
+	case out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership:
+		r.conclude(out)
+	case out.noResponse:
+		r.finishCancelled(reason, nil, reachNone)
+	default:
+		r.finishCancelled(reason, nil, reachUnknown)
+	}
+}
+
+// cancelUpstream calls Foundry's cancel, retrying transient errors and a
+// response that is not yet visible, within ctx.
+func (r *run) cancelUpstream(ctx context.Context, id string) (*foundry.Response, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		resp, err := r.w.up.Cancel(ctx, id)
+		if err == nil {
+			return resp, nil
+		}
+		r.w.m.upstreamErrors.WithLabelValues("cancel").Inc()
+		if ctx.Err() != nil || !(retryable(err) || r.notYetVisible(err)) {
+			r.log.Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
+			return nil, err
+		}
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// recordOwnCancel writes the cancel that stopped the run into its record,
+// so that a new owner applies it too (the first cancel stays).
+func (r *run) recordOwnCancel(reason string) {
+	r.mu.Lock()
+	note := r.cancelNote
+	r.mu.Unlock()
+	rec := events.CancelRecord{Reason: reason, Note: note, At: time.Now().UTC()}
+	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
+	defer cancel()
+	st, err := r.w.states.Upsert(ctx, r.id, func(s *events.RunState, exists bool) error {
+		return recordCancel(s, exists, rec)
+	})
+	if err == nil {
+		r.setState(st)
+	} else if !isDecision(err) {
+		r.log.Warn().Err(err).Msg("record the cancel in the state bucket")
+	}
 }
 
 // confirm polls the response until Foundry reports a terminal status, within
@@ -291,7 +407,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 // upstream (a response has been seen to report cancelled and later
 // completed): the audit reads it back once more later.
 func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *foundry.Response {
-	if last != nil && isTerminalStatus(last.Status) {
+	if last.Terminal() {
 		return last // a later flip to completed is caught by the audit
 	}
 	backoff := 50 * time.Millisecond
@@ -299,7 +415,7 @@ func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *f
 		resp, err := r.w.up.Get(ctx, id)
 		if err == nil {
 			last = resp
-			if isTerminalStatus(resp.Status) {
+			if resp.Terminal() {
 				return resp
 			}
 		}
@@ -309,54 +425,6 @@ func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *f
 		}
 		sleep(ctx, backoff)
 		backoff = min(backoff*2, time.Second)
-	}
-}
-
-// recordCancel writes the cancel into the state bucket so that a new owner
-// applies it too.
-func (r *run) recordCancel(reason string) {
-	_, err := r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
-		if s.Finished() {
-			return errFinished
-		}
-		if s.Cancel != nil {
-			return events.ErrSkipUpdate // the first cancel stays on record
-		}
-		s.Cancel = &events.CancelRecord{Reason: reason, At: time.Now().UTC()}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errFinished) {
-		r.log.Warn().Err(err).Msg("record the cancel in the state bucket")
-	}
-}
-
-// finishCancelled ends the run as run.cancelled. resp is Foundry's last word
-// on the response (nil if none); reached says whether the run may have
-// reached Foundry at all.
-func (r *run) finishCancelled(reason string, resp *foundry.Response, reached bool) {
-	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason}
-	var upstream string
-	if resp != nil {
-		ev.ResponseID = resp.ID
-		upstream = resp.Status
-		ev.UpstreamStatus = resp.Status
-		ev.Usage = usageOf(resp.Usage)
-		if resp.Status == "completed" {
-			r.w.m.completedAfterCancl.Inc()
-			r.log.Warn().Str("response_id", resp.ID).Msg("Foundry reports the response completed after the cancel; the run stays cancelled")
-		}
-	}
-	if ev.Usage == nil {
-		if reached {
-			ev.UsageUnknown = true
-		} else {
-			ev.Usage = &events.Usage{}
-		}
-	}
-	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
-	r.finish(ev, -1, upstream)
-	if resp != nil && resp.Status == "cancelled" && r.w.cfg.CancelAuditDelay > 0 {
-		r.w.audit(r.id, resp.ID)
 	}
 }
 
@@ -377,15 +445,14 @@ func (w *Worker) audit(runID, responseID string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		resp, err := w.up.Get(ctx, responseID)
-		if err != nil || resp.Status != "completed" {
+		if err != nil || resp.Status != foundry.StatusCompleted {
 			return
 		}
 		w.m.completedAfterCancl.Inc()
 		w.log.Warn().Str("run_id", runID).Str("response_id", responseID).
 			Msg("Foundry completed the response after reporting it cancelled; the run stays cancelled")
 		if _, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
-			s.UpstreamStatus = resp.Status
-			return nil
+			return auditedUpstream(s, resp.Status)
 		}); err != nil {
 			w.log.Warn().Err(err).Str("run_id", runID).Msg("record the upstream status")
 		}

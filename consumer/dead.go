@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,10 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 )
+
+// deadLetterHeadroom is what a dead letter keeps free of its max payload
+// for its subject and headers.
+const deadLetterHeadroom = 16 << 10
 
 // deadLetter copies a job that can never run to the dead-letter stream with
 // the reason. It retries briefly; a failure is logged, not fatal.
@@ -22,7 +27,13 @@ func (w *Worker) deadLetter(ctx context.Context, job jetstream.Msg, runID, code,
 	m := nats.NewMsg(w.names.DeadSubject(token))
 	m.Data = job.Data()
 	m.Header.Set(events.HeaderDeadCode, code)
-	m.Header.Set(events.HeaderDeadReason, strings.ReplaceAll(reason, "\n", " "))
+	m.Header.Set(events.HeaderDeadReason, truncateText(strings.ReplaceAll(reason, "\n", " ")))
+	if limit := int(w.nc.MaxPayload()) - deadLetterHeadroom; limit > 0 && len(m.Data) > limit {
+		// The request alone is too large to store with its headers: keep
+		// its beginning and say so, rather than lose the dead letter.
+		m.Header.Set(events.HeaderDeadTruncated, strconv.Itoa(len(m.Data)))
+		m.Data = m.Data[:limit]
+	}
 	m.Header.Set(events.HeaderDeadSubject, job.Subject())
 	m.Header.Set(events.HeaderDeadWorker, w.cfg.WorkerID)
 	msgID := "dead:" + token
@@ -40,5 +51,5 @@ func (w *Worker) deadLetter(ctx context.Context, job jetstream.Msg, runID, code,
 		}
 		sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond)
 	}
-	w.log.Error().Err(err).Str("run_id", runID).Msg("publish dead letter")
+	w.log.Error().Err(err).Str("run_id", runID).Str("code", code).Msg("publish dead letter; it is lost")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/foundryq/foundryq/events"
@@ -21,31 +22,32 @@ type outcome struct {
 	upstreamStatus    string            // Foundry's final status
 	cancelledUpstream *foundry.Response // Foundry reports the response cancelled on its own
 	err               error             // the reader stopped without an end
-	op                string            // the upstream operation that failed: create, resume, get
-	responseMissing   bool              // no response exists upstream (the create failed)
+	op                string            // what failed: create, resume, get, or state (the state bucket)
+	noResponse        bool              // no response exists upstream (the create was refused, or never sent)
+	lost              bool              // a create may have started a response whose id is unknown
+	lostOwnership     bool              // the run's record says another worker owns the run
 }
 
-// read starts the run upstream (create, or re-attach to the response a
-// previous owner started) and relays its events until Foundry reports an
-// end, ctx ends, or the response cannot be reached. Terminal events are
+// opState marks an outcome caused by the state bucket, not by Foundry.
+const opState = "state"
+
+// read starts the run upstream (create, or re-attach to the response the
+// run's record names) and relays its events until Foundry reports an end,
+// ctx ends, or the response cannot be reached. Terminal events are
 // returned, never relayed: the run decides the one terminal event.
-func (r *run) read(ctx context.Context, req events.RunRequest, st events.RunState, pos position) outcome {
-	var (
-		s   *foundry.Stream
-		err error
-		id  = st.ResponseID
-	)
+func (r *run) read(ctx context.Context, req events.RunRequest, pos position) outcome {
 	last := pos.UpstreamSeq
-	if id == "" {
-		s, err = r.w.up.Create(ctx, createRequest(req, r.id))
-		if err != nil {
-			return outcome{err: fmt.Errorf("create response: %w", err), op: "create", responseMissing: true, upstreamSeq: -1}
+	st := r.lastState()
+	var s *foundry.Stream
+	if id := st.ResponseID; id != "" {
+		seen := time.Now()
+		if st.CreateStartedAt != nil {
+			seen = *st.CreateStartedAt
 		}
-		r.w.m.runsStarted.WithLabelValues("created").Inc()
-	} else {
-		r.saveResponseID(id)
-		r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.attempt, Worker: r.w.cfg.WorkerID}, -1)
-		s, err = r.w.up.Resume(ctx, id, last)
+		r.setResponseID(id, seen)
+		r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
+		var err error
+		s, err = r.resume(ctx, id, last)
 		if err != nil {
 			if ctx.Err() != nil {
 				return outcome{err: context.Cause(ctx), op: "resume", upstreamSeq: -1}
@@ -55,6 +57,11 @@ func (r *run) read(ctx context.Context, req events.RunRequest, st events.RunStat
 			return r.poll(ctx, id)
 		}
 		r.w.m.runsStarted.WithLabelValues("resumed").Inc()
+	} else {
+		var out outcome
+		if s, out = r.create(ctx, req); s == nil {
+			return out
+		}
 	}
 	for breaks := 1; ; breaks++ {
 		out, ended := r.relayStream(s, &last)
@@ -65,18 +72,21 @@ func (r *run) read(ctx context.Context, req events.RunRequest, st events.RunStat
 		if ctx.Err() != nil {
 			return outcome{err: context.Cause(ctx), upstreamSeq: -1}
 		}
-		id = r.currentResponseID()
+		id := r.currentResponseID()
 		if id == "" {
-			return outcome{err: fmt.Errorf("stream ended before the response id was known: %w", out.err), op: "create", upstreamSeq: -1}
+			// The stream ended before response.created: a response may exist
+			// whose id we will never learn.
+			return outcome{err: fmt.Errorf("stream ended before the response id was known: %w", out.err), op: "create", lost: true, upstreamSeq: -1}
 		}
 		// A stream also ends without a terminal event when the response was
 		// cancelled by someone else; and a stream that keeps breaking is not
 		// worth re-attaching to. Both are settled by polling.
-		if resp, err := r.w.up.Get(ctx, id); (err == nil && isTerminalStatus(resp.Status)) || breaks > maxStreamBreaks {
+		if resp, err := r.w.up.Get(ctx, id); (err == nil && resp.Terminal()) || breaks > maxStreamBreaks {
 			r.log.Info().Err(out.err).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
 			return r.poll(ctx, id)
 		}
 		r.log.Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
+		var err error
 		s, err = r.resume(ctx, id, last)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -88,22 +98,135 @@ func (r *run) read(ctx context.Context, req events.RunRequest, st events.RunStat
 	}
 }
 
+// create starts the run's one upstream response. "Create started" is
+// recorded durably before the request is sent: a later owner that finds it
+// without a response id never creates again. A create the service answered
+// with an HTTP error started nothing, and the mark is cleared; any other
+// failure leaves it (the response may exist).
+func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Stream, outcome) {
+	if r.ctx.Err() != nil {
+		return nil, outcome{err: context.Cause(r.ctx), noResponse: true, upstreamSeq: -1}
+	}
+	if _, err := r.persist("record the create", func(s *events.RunState, _ bool) error {
+		return startCreate(s, r.owner, time.Now().UTC())
+	}); err != nil {
+		return nil, r.stateOutcome(err)
+	}
+	if r.ctx.Err() != nil {
+		// Stopped while the mark was written: nothing was sent.
+		r.clearCreate()
+		return nil, outcome{err: context.Cause(r.ctx), noResponse: true, upstreamSeq: -1}
+	}
+	r.markCreateSent()
+	s, err := r.w.up.Create(ctx, createRequest(req, r.id))
+	if err != nil {
+		if createAnswered(err) {
+			r.clearCreate()
+			return nil, outcome{err: fmt.Errorf("create response: %w", err), op: "create", noResponse: true, upstreamSeq: -1}
+		}
+		return nil, outcome{err: fmt.Errorf("create response: %w", err), op: "create", lost: true, upstreamSeq: -1}
+	}
+	r.w.m.runsStarted.WithLabelValues("created").Inc()
+	return s, outcome{}
+}
+
+// clearCreate records that no response was started (createRefused).
+func (r *run) clearCreate() {
+	if _, err := r.persist("clear the create mark", func(s *events.RunState, _ bool) error {
+		return createRefused(s, r.owner)
+	}); err != nil {
+		r.log.Warn().Err(err).Msg("clear the create mark; the next owner will not create again")
+	}
+}
+
+// createAnswered reports whether a failed create certainly started no
+// response: the service answered with an HTTP error (a streamed create is
+// answered 200 as soon as the response exists; failures after that arrive
+// as stream events), the request was refused before it was sent, or the
+// connection was never made.
+func createAnswered(err error) bool {
+	var apiErr *foundry.APIError
+	if errors.As(err, &apiErr) && apiErr.StatusCode >= 400 {
+		return true
+	}
+	if errors.Is(err, foundry.ErrInvalidRequest) {
+		return true
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// stateOutcome turns a failed lifecycle write of the reader into an outcome.
+func (r *run) stateOutcome(err error) outcome {
+	switch {
+	case errors.Is(err, errNotOwner), errors.Is(err, errFinished), errors.Is(err, errOtherResponse):
+		return outcome{err: err, lostOwnership: true, upstreamSeq: -1}
+	case errors.Is(err, errCreateStarted):
+		return outcome{err: err, lost: true, upstreamSeq: -1}
+	}
+	return outcome{err: err, op: opState, upstreamSeq: -1}
+}
+
+// saveResponseID records the response id durably (knowResponse, retried
+// until it lands), then announces it with run.started.
+func (r *run) saveResponseID(id string, seq int64) (outcome, bool) {
+	r.setResponseID(id, time.Now())
+	if _, err := r.persist("save the response id", func(s *events.RunState, _ bool) error {
+		return knowResponse(s, r.owner, id)
+	}); err != nil {
+		return r.stateOutcome(err), false
+	}
+	r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, seq)
+	return outcome{}, true
+}
+
+// findResponse looks for the response id of a create a previous owner
+// started: the record has none, so the first event on the run's subject is
+// the only place left. Without it the run ends (endLost). It reports
+// whether the run may go on.
+func (r *run) findResponse(pos position) bool {
+	id := ""
+	if pos.Seq > 0 {
+		var err error
+		if id, err = r.w.firstResponseID(r.hard, r.id); err != nil {
+			r.log.Warn().Err(err).Msg("look for the response id on the run's subject; the job will be retried")
+			r.release("")
+			_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
+			return false
+		}
+	}
+	if id == "" {
+		r.endLost(errors.New("a previous attempt started a create whose response id was never recorded"))
+		return false
+	}
+	r.log.Info().Str("response_id", id).Msg("response id of an earlier create found on the run's subject")
+	if _, err := r.persist("save the response id", func(s *events.RunState, _ bool) error {
+		return knowResponse(s, r.owner, id)
+	}); err != nil {
+		r.log.Warn().Err(err).Msg("save the response id found on the run's subject")
+		return false
+	}
+	return true
+}
+
 // resume re-attaches to the response's stream, retrying transient errors a
 // few times. Errors that a retry cannot fix (the resume window has passed)
 // are returned at once.
 func (r *run) resume(ctx context.Context, id string, after int64) (*foundry.Stream, error) {
 	var err error
-	for attempt := range 4 {
+	for attempt := 0; attempt < 4; attempt++ {
 		var s *foundry.Stream
 		s, err = r.w.up.Resume(ctx, id, after)
 		if err == nil {
 			return s, nil
 		}
 		r.w.m.upstreamErrors.WithLabelValues("resume").Inc()
-		if !retryable(err) {
+		if r.notYetVisible(err) {
+			attempt = 0 // not counted: Azure answers 404 for a while after a streamed create
+		} else if !retryable(err) {
 			return nil, err
 		}
-		sleep(ctx, time.Duration(250<<attempt)*time.Millisecond)
+		sleep(ctx, time.Duration(250<<min(attempt, 3))*time.Millisecond)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -130,8 +253,9 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 				continue
 			}
 			if r.currentResponseID() == "" {
-				r.saveResponseID(ev.Response.ID)
-				r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: ev.Response.ID, Attempt: r.attempt, Worker: r.w.cfg.WorkerID}, seq)
+				if out, ok := r.saveResponseID(ev.Response.ID, seq); !ok {
+					return out, true
+				}
 			}
 			if ev.Response.Status == "cancelled" {
 				return outcome{cancelledUpstream: ev.Response, upstreamSeq: seq}, true
@@ -186,11 +310,13 @@ func (r *run) poll(ctx context.Context, id string) outcome {
 	for {
 		resp, err := r.w.up.Get(ctx, id)
 		switch {
-		case err == nil && isTerminalStatus(resp.Status):
+		case err == nil && resp.Terminal():
 			return r.publishRest(ctx, resp)
 		case err != nil && ctx.Err() != nil:
 			return outcome{err: context.Cause(ctx), upstreamSeq: -1}
-		case err != nil && (errors.Is(err, foundry.ErrNotFound) || !retryable(err)):
+		case err != nil && r.notYetVisible(err):
+			// Not visible yet right after a streamed create: keep polling.
+		case err != nil && (isNotFound(err) || !retryable(err)):
 			return outcome{err: fmt.Errorf("get response %s: %w", id, err), op: "get", upstreamSeq: -1}
 		case err != nil:
 			r.w.m.upstreamErrors.WithLabelValues("get").Inc()
@@ -214,7 +340,7 @@ func (r *run) publishRest(ctx context.Context, resp *foundry.Response) outcome {
 		return outcome{err: fmt.Errorf("read published text: %w", err), op: "get", upstreamSeq: -1}
 	}
 	if len(resp.OutputText) > len(published) && resp.OutputText[:len(published)] == published {
-		r.rel.add(events.RunEvent{Type: events.TypeTextDelta, Text: resp.OutputText[len(published):]}, -1)
+		r.rel.add(events.RunEvent{Type: events.TypeTextDelta, Text: resp.OutputText[len(published):]}, -1) // split by the relay
 	} else if resp.OutputText != published {
 		r.log.Warn().Int("published", len(published)).Int("upstream", len(resp.OutputText)).Msg("published text is not a prefix of the upstream text; nothing more published")
 	}
@@ -239,14 +365,6 @@ func terminalOf(resp *foundry.Response) events.RunEvent {
 		}
 		return events.RunEvent{Type: events.TypeRunFailed, ResponseID: resp.ID, Error: e}
 	}
-}
-
-func isTerminalStatus(status string) bool {
-	switch status {
-	case "completed", "incomplete", "failed", "cancelled":
-		return true
-	}
-	return false
 }
 
 func toolOf(it *foundry.OutputItem) *events.Tool {
@@ -294,8 +412,11 @@ func retryable(err error) bool {
 	if errors.As(err, &apiErr) {
 		return apiErr.StatusCode == 408 || apiErr.StatusCode == 409 || apiErr.StatusCode == 429 || apiErr.StatusCode >= 500
 	}
-	return !errors.Is(err, foundry.ErrResumeExpired) && !errors.Is(err, foundry.ErrNotBackground) && !errors.Is(err, foundry.ErrNotFound)
+	return !errors.Is(err, foundry.ErrResumeExpired) && !errors.Is(err, foundry.ErrNotBackground) && !errors.Is(err, foundry.ErrNotFound) &&
+		!errors.Is(err, foundry.ErrInvalidRequest) && !errors.Is(err, foundry.ErrNotStreaming)
 }
+
+func isNotFound(err error) bool { return errors.Is(err, foundry.ErrNotFound) }
 
 func orDefault(s, def string) string {
 	if s == "" {

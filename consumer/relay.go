@@ -7,11 +7,25 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
 )
+
+// maxEventText bounds the text of one text.delta event, in bytes. Merged
+// deltas and a finished response's remaining text are split at it, so that
+// an event stays far below NATS's max payload (1 MiB by default) even when
+// JSON escaping multiplies its size: a stream that ran on during an outage
+// must not produce an event the server refuses.
+const maxEventText = 32 << 10
+
+// errPublishRefused wraps a publish error that a retry cannot fix (the
+// message is too large for the server).
+var errPublishRefused = errors.New("event refused by NATS")
 
 // relay publishes one run's events on its event subject with exactly one
 // publish in flight. Events added while a publish waits for its ack queue up;
@@ -32,6 +46,10 @@ type relay struct {
 	runID   string
 	subject string
 	metrics *metrics
+	log     zerolog.Logger
+	// onMissing is called when no stream answers a publish (the events
+	// stream was deleted); the publish is retried.
+	onMissing func()
 
 	mu       sync.Mutex
 	pending  []pendingEvent
@@ -59,43 +77,77 @@ type pendingEvent struct {
 	upstreamSeq int64 // -1: not tied to an upstream event
 }
 
-func newRelay(js jetstream.JetStream, stream jetstream.Stream, n events.Names, runID string, last position, interval time.Duration, m *metrics) *relay {
+func (w *Worker) newRelay(runID string, last position, interval time.Duration, log zerolog.Logger) *relay {
 	return &relay{
-		interval: interval,
-		js:       js,
-		stream:   stream,
-		names:    n,
-		runID:    runID,
-		subject:  n.EventSubject(runID),
-		metrics:  m,
-		wake:     make(chan struct{}, 1),
-		last:     last,
+		interval:  interval,
+		js:        w.pub,
+		stream:    w.res.Events,
+		names:     w.names,
+		runID:     runID,
+		subject:   w.names.EventSubject(runID),
+		metrics:   w.m,
+		log:       log,
+		onMissing: w.resourcesMissing,
+		wake:      make(chan struct{}, 1),
+		last:      last,
 	}
 }
 
 // add queues an event. upstreamSeq is the Foundry sequence number the event
-// came from (-1 if none); a merged delta carries the newest one.
+// came from (-1 if none); a merged delta carries the newest one. Text is
+// merged into the queued delta up to maxEventText and split beyond it; only
+// the part that ends an upstream delta carries its sequence number, so that
+// a new owner never skips text that was not stored.
 func (r *relay) add(ev events.RunEvent, upstreamSeq int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || r.err != nil {
 		return
 	}
-	if ev.Type == events.TypeTextDelta && len(r.pending) > 0 {
-		tail := &r.pending[len(r.pending)-1]
-		if tail.ev.Type == events.TypeTextDelta {
-			tail.ev.Text += ev.Text
-			if upstreamSeq >= 0 {
-				tail.upstreamSeq = upstreamSeq
-			}
-			r.metrics.deltasCoalesced.Inc()
-			return
-		}
+	if ev.Type == events.TypeTextDelta {
+		r.addText(ev.Text, upstreamSeq)
+	} else {
+		r.pending = append(r.pending, pendingEvent{ev: ev, upstreamSeq: upstreamSeq})
 	}
-	r.pending = append(r.pending, pendingEvent{ev: ev, upstreamSeq: upstreamSeq})
 	select {
 	case r.wake <- struct{}{}:
 	default:
+	}
+}
+
+// addText merges text into the queued delta, splitting at maxEventText.
+// Called with mu held.
+func (r *relay) addText(text string, upstreamSeq int64) {
+	for {
+		var tail *pendingEvent
+		if n := len(r.pending); n > 0 && r.pending[n-1].ev.Type == events.TypeTextDelta && len(r.pending[n-1].ev.Text) < maxEventText {
+			tail = &r.pending[n-1]
+		} else {
+			r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, upstreamSeq: -1})
+			tail = &r.pending[len(r.pending)-1]
+		}
+		room := maxEventText - len(tail.ev.Text)
+		if len(text) <= room {
+			if tail.ev.Text != "" {
+				r.metrics.deltasCoalesced.Inc()
+			}
+			tail.ev.Text += text
+			if upstreamSeq >= 0 {
+				tail.upstreamSeq = upstreamSeq
+			}
+			return
+		}
+		cut := room
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		if cut == 0 && tail.ev.Text == "" {
+			cut = room // not UTF-8 at all; cut anyway
+		}
+		tail.ev.Text += text[:cut]
+		text = text[cut:]
+		// Force the rest into a new event.
+		r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, upstreamSeq: -1})
 	}
 }
 
@@ -141,8 +193,17 @@ func (r *relay) run(ctx context.Context, onFail func(error)) {
 		r.pending = r.pending[1:]
 		r.inflight = true
 		pe.ev.RunID = r.runID
-		pe.ev.Seq = r.last.Seq + 1
-		pe.ev.Time = time.Now().UTC()
+		if pe.ev.Seq == 0 {
+			pe.ev.Seq = r.last.Seq + 1
+			pe.ev.Time = time.Now().UTC()
+		} else if pe.ev.Seq != r.last.Seq+1 {
+			// A terminal event numbered in advance (finish) no longer fits.
+			r.mu.Unlock()
+			err := fmt.Errorf("%w: run %s: event seq %d does not follow stored seq %d", ErrLostOwnership, r.runID, pe.ev.Seq, r.last.Seq)
+			r.fail(err)
+			onFail(err)
+			return
+		}
 		if pe.upstreamSeq < 0 {
 			// Carry the cursor forward: the subject's last event always tells
 			// a new owner where to re-attach upstream.
@@ -223,6 +284,21 @@ func (r *relay) flush(ctx context.Context) error {
 	}
 }
 
+// nextSeq is the seq the next event will get once the queue is empty;
+// call it after flush.
+func (r *relay) nextSeq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last.Seq + uint64(len(r.pending)) + 1
+}
+
+// tail returns what is stored on the subject.
+func (r *relay) tail() position {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
 // close lets run return once the queue is empty.
 func (r *relay) close() {
 	r.mu.Lock()
@@ -235,9 +311,11 @@ func (r *relay) close() {
 }
 
 // publish stores one event, retrying what may succeed on a retry (timeouts,
-// a reconnecting connection, JetStream briefly unavailable). The retry keeps
-// the message id, and a fence failure caused by our own earlier attempt
-// having been stored is recognised as success.
+// a reconnecting connection, JetStream briefly unavailable, a deleted
+// stream being recreated) until ctx ends, and logging the retries. The retry
+// keeps the message id, and a fence failure caused by our own earlier
+// attempt having been stored is recognised as success. A message the server
+// refuses for its size fails at once (errPublishRefused).
 func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (uint64, error) {
 	msg, err := events.NewEventMsg(r.names, pe.ev, pe.upstreamSeq)
 	if err != nil {
@@ -247,7 +325,7 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 	lost := func() (uint64, error) {
 		return 0, fmt.Errorf("%w: run %s: another writer stored an event on %s", ErrLostOwnership, r.runID, r.subject)
 	}
-	for {
+	for retries := 0; ; retries++ {
 		start := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ack, err := r.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(expect))
@@ -274,10 +352,20 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 			}
 			return lost()
 		}
+		if isTooLarge(err) {
+			return 0, fmt.Errorf("consumer: publish %s event of run %s (%d bytes): %w: %w", pe.ev.Type, r.runID, len(msg.Data), errPublishRefused, err)
+		}
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("consumer: publish %s event of run %s: %w", pe.ev.Type, r.runID, context.Cause(ctx))
 		}
+		if isNoStream(err) && r.onMissing != nil {
+			r.onMissing()
+		}
 		r.metrics.publishRetries.Inc()
+		if retries%20 == 0 {
+			r.log.Warn().Err(err).Str("type", string(pe.ev.Type)).Uint64("seq", pe.ev.Seq).Int("retries", retries).
+				Msg("publish run event; retrying")
+		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -285,6 +373,19 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// isTooLarge reports a message the server refuses for its size, whatever
+// the retry.
+func isTooLarge(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrMaxPayload) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum)
+}
+
+// isNoStream reports a publish that no stream stored: the stream is gone.
+func isNoStream(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 func isWrongLastSequence(err error) bool {

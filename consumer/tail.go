@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
 )
@@ -74,4 +75,46 @@ func (w *Worker) publishedText(ctx context.Context, runID string) (string, error
 		}
 	}
 	return "", fmt.Errorf("consumer: read events of run %s: %w", runID, context.Cause(ctx))
+}
+
+// readState returns the run's record and whether it exists.
+func (w *Worker) readState(ctx context.Context, runID string) (events.RunState, bool, error) {
+	st, _, err := w.states.Get(ctx, runID)
+	if errors.Is(err, events.ErrStateNotFound) {
+		return events.RunState{RunID: runID}, false, nil
+	}
+	if err != nil {
+		return st, false, err
+	}
+	return st, true, nil
+}
+
+// firstResponseID returns the response id of the first run.started event on
+// the run's subject, or "".
+func (w *Worker) firstResponseID(ctx context.Context, runID string) (string, error) {
+	m, err := w.res.Events.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(w.names.EventSubject(runID)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("consumer: read the first event of run %s: %w", runID, err)
+	}
+	ev, err := events.DecodeRunEvent(m.Data)
+	if err != nil || ev.Type != events.TypeRunStarted {
+		return "", nil
+	}
+	return ev.ResponseID, nil
+}
+
+// publishEnd stores a terminal event numbered in advance (its seq follows
+// pos) on the run's subject, fenced like every event.
+func (w *Worker) publishEnd(ctx context.Context, runID string, pos position, end events.RunEvent, log zerolog.Logger) error {
+	rel := w.newRelay(runID, pos, 0, log)
+	rel.add(end, -1)
+	rel.close()
+	rel.run(ctx, func(error) {})
+	if err := rel.flush(ctx); err != nil {
+		return fmt.Errorf("publish %s: %w", end.Type, err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,16 +44,23 @@ type Worker struct {
 	// pub publishes run events on a second connection of its own, so that
 	// the steady stream of event publishes never delays cancels, state
 	// updates or acks on the first.
-	pub        jetstream.JetStream
-	res        events.Resources
-	states     *events.StateStore
-	ackWait    time.Duration
-	maxDeliver int
+	pub     jetstream.JetStream
+	res     events.Resources
+	states  *events.StateStore
+	ackWait time.Duration
+	conn    *connWatch
 
-	mu   sync.Mutex
-	runs map[string]*run // runs this worker owns, by run id
+	// reprovisioning recreates streams, consumer or bucket deleted under
+	// a running worker; at most one at a time.
+	reprovisioning atomic.Bool
+	lastProvision  atomic.Int64 // unix nanos of the last (re)provisioning
+
+	mu               sync.Mutex
+	runs             map[string]*run // runs this worker owns, by run id
+	shutdownDeadline time.Time       // set when shutdown starts
 
 	runWG    sync.WaitGroup // one per run goroutine
+	bgWG     sync.WaitGroup // background re-provisioning
 	cancelWG sync.WaitGroup // one per cancel request being answered
 	auditWG  sync.WaitGroup // one per pending cancel audit
 	stopping chan struct{}  // closed when shutdown starts
@@ -97,19 +105,21 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 // ID returns the worker's id.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 
-// Run provisions the streams, consumer and bucket, answers cancel requests
-// and runs jobs until ctx ends. Then it shuts down in this order, bounded by
-// ShutdownTimeout: stop pulling; hand off every run it owns (stop reading
-// upstream, store the events already received, Nak the job so another worker
-// re-attaches at once; nothing is cancelled upstream); stop answering
-// cancels. It returns nil after a clean shutdown.
+// Run provisions the streams, consumer and bucket (retrying with backoff,
+// and logging, while NATS or JetStream is unavailable), answers cancel
+// requests and runs jobs until ctx ends. Then it shuts down in this order,
+// bounded by ShutdownTimeout: stop pulling; hand off every run it owns (stop
+// reading upstream, store the events already received, Nak the job so
+// another worker re-attaches at once; nothing is cancelled upstream); stop
+// answering cancels. It returns nil after a clean shutdown, and an error if
+// its NATS connection is closed for good.
 func (w *Worker) Run(ctx context.Context) error {
-	res, err := events.Provision(ctx, w.js, w.names, w.cfg.Provision)
+	res, err := w.provision(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before it started
 		}
-		return fmt.Errorf("consumer: provision: %w", err)
+		return err
 	}
 	w.res = res
 	w.states = events.NewStateStore(res.State)
@@ -123,9 +133,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.pub, err = jetstream.New(pubConn); err != nil {
 		return fmt.Errorf("consumer: jetstream: %w", err)
 	}
-	info := res.Consumer.CachedInfo()
-	w.ackWait = info.Config.AckWait
-	w.maxDeliver = info.Config.MaxDeliver
+	w.ackWait = res.Consumer.CachedInfo().Config.AckWait
+
+	connStop := make(chan struct{})
+	w.conn = watchConn(w.nc, connStop)
+	defer close(connStop)
 
 	stopCancels, err := w.subscribeCancels(ctx)
 	if err != nil {
@@ -148,14 +160,75 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("ack_wait", w.ackWait).Msg("worker started")
 	pullErr := w.pull(ctx)
 	w.shutdown()
+	w.bgWG.Wait()
 	w.log.Info().Msg("worker stopped")
 	return pullErr
 }
 
-// pull fetches jobs while there are free slots, until ctx ends. It never
-// fetches more jobs than it has free slots.
+// provision creates the JetStream resources, retrying with backoff (and
+// logging each failure) until it succeeds or ctx ends: a worker started
+// while NATS is down waits for it.
+func (w *Worker) provision(ctx context.Context) (events.Resources, error) {
+	backoff := 250 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := events.Provision(pctx, w.js, w.names, w.cfg.Provision)
+		cancel()
+		if err == nil {
+			w.lastProvision.Store(time.Now().UnixNano())
+			return res, nil
+		}
+		if errors.Is(err, events.ErrInvalidProvisionConfig) || w.nc.IsClosed() {
+			return events.Resources{}, fmt.Errorf("consumer: provision: %w", err)
+		}
+		if ctx.Err() != nil {
+			return events.Resources{}, ctx.Err()
+		}
+		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("provision streams, consumer and bucket")
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// resourcesMissing recreates the streams, consumer and bucket after a call
+// found one of them missing (deleted under the running worker). It runs in
+// the background, at most once at a time and once a second.
+func (w *Worker) resourcesMissing() {
+	if time.Since(time.Unix(0, w.lastProvision.Load())) < time.Second || !w.reprovisioning.CompareAndSwap(false, true) {
+		return
+	}
+	w.bgWG.Add(1)
+	go func() {
+		defer w.bgWG.Done()
+		defer w.reprovisioning.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := events.Provision(ctx, w.js, w.names, w.cfg.Provision); err != nil {
+			w.log.Warn().Err(err).Msg("recreate missing streams, consumer or bucket")
+			return
+		}
+		w.lastProvision.Store(time.Now().UnixNano())
+		w.log.Warn().Msg("recreated missing streams, consumer or bucket")
+	}()
+}
+
+// isMissingResource reports an error that says a stream, consumer or bucket
+// is gone.
+func isMissingResource(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrNoResponders)
+}
+
+// pull fetches jobs while there are free slots, until ctx ends or the NATS
+// connection is closed for good. It never fetches more jobs than it has
+// free slots.
 func (w *Worker) pull(ctx context.Context) error {
 	for ctx.Err() == nil {
+		if w.nc.IsClosed() {
+			return fmt.Errorf("consumer: %w", nats.ErrConnectionClosed)
+		}
 		// Reserve at least one slot, then every other free one.
 		select {
 		case w.sem <- struct{}{}:
@@ -187,8 +260,11 @@ func (w *Worker) fetch(ctx context.Context, n int) int {
 	// delivered job until its ack wait ran out. A fetch ends after PollWait.
 	batch, err := w.res.Consumer.Fetch(n, jetstream.FetchMaxWait(w.cfg.PollWait))
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !w.nc.IsClosed() {
 			w.log.Warn().Err(err).Msg("fetch jobs")
+			if isMissingResource(err) {
+				w.resourcesMissing()
+			}
 			sleep(ctx, 250*time.Millisecond)
 		}
 		return 0
@@ -203,9 +279,12 @@ func (w *Worker) fetch(ctx context.Context, n int) int {
 			w.handle(msg)
 		}()
 	}
-	if err := batch.Error(); err != nil && ctx.Err() == nil &&
+	if err := batch.Error(); err != nil && ctx.Err() == nil && !w.nc.IsClosed() &&
 		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 		w.log.Warn().Err(err).Msg("fetch jobs")
+		if isMissingResource(err) {
+			w.resourcesMissing()
+		}
 		sleep(ctx, 250*time.Millisecond)
 	}
 	return started
@@ -214,7 +293,10 @@ func (w *Worker) fetch(ctx context.Context, n int) int {
 // shutdown hands off every run and waits for the run goroutines, at most
 // ShutdownTimeout.
 func (w *Worker) shutdown() {
+	w.mu.Lock()
+	w.shutdownDeadline = time.Now().Add(w.cfg.ShutdownTimeout)
 	close(w.stopping)
+	w.mu.Unlock()
 	defer w.auditWG.Wait()
 	w.mu.Lock()
 	for _, r := range w.runs {
@@ -284,6 +366,33 @@ func (w *Worker) unregister(r *run) {
 		delete(w.runs, r.id)
 		w.m.runsActive.Dec()
 	}
+}
+
+// isStopping reports whether shutdown has started.
+func (w *Worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// handoffDeadline is how long a run handed off at shutdown may wait for a
+// create's response id: a reserve before the shutdown timeout is left for
+// ending the run if it does not come.
+func (w *Worker) handoffDeadline() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.shutdownDeadline.Add(-min(w.cfg.ShutdownTimeout/4, 3*time.Second))
+}
+
+// maxFailures is how many failed attempts a run may use.
+func (w *Worker) maxFailures() int {
+	if n := w.cfg.Provision.MaxDeliver; n > 0 {
+		return n
+	}
+	return events.DefaultMaxDeliver
 }
 
 func (w *Worker) owned(runID string) *run {

@@ -11,6 +11,12 @@ type CancelRequest struct {
 	Reason string `json:"reason,omitempty"` // free text, at most 512 characters; recorded with the cancel
 }
 
+// HeaderCancelNotice marks a message on the cancel subject that a worker
+// sends to the run's owner after it recorded a cancel (the header's value
+// is the sending worker's id). It is not a request: it has no reply
+// subject, workers do not answer it, and clients never send it.
+const HeaderCancelNotice = "Foundryq-Cancel-Notice"
+
 // CancelResult is the outcome reported in a CancelReply.
 type CancelResult string
 

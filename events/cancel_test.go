@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
 func TestDecodeCancelRequest(t *testing.T) {
@@ -81,20 +83,29 @@ func FuzzDecodeCancelRequest(f *testing.F) {
 	})
 }
 
+// With no worker running, Cancel stores the cancel in the cancels stream
+// (the next worker to take the run applies it), answers from the state
+// bucket, and never writes run state.
 func TestCancelNoResponders(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
 
-	t.Run("unknown run", func(t *testing.T) {
-		reply, err := e.client.Cancel(ctx, "nobody", "")
-		if err != nil || reply.Result != events.CancelNotFound || reply.RunID != "nobody" {
-			t.Fatalf("reply %+v, err %v; want not_found", reply, err)
+	record := func(t *testing.T, runID string) (events.CancelRequest, bool) {
+		t.Helper()
+		m, err := e.res.Cancels.GetLastMsgForSubject(ctx, e.names.CancelRecordSubject(runID))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return events.CancelRequest{}, false
 		}
-		if _, _, err := e.store.Get(ctx, "nobody"); !errors.Is(err, events.ErrStateNotFound) {
-			t.Errorf("a state was written for an unknown run: %v", err)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		req, err := events.DecodeCancelRequest(m.Data)
+		if err != nil {
+			t.Fatalf("stored cancel record: %v", err)
+		}
+		return req, true
+	}
 
 	t.Run("queued run", func(t *testing.T) {
 		if _, err := e.client.Submit(ctx, validRequest("q1")); err != nil {
@@ -104,37 +115,38 @@ func TestCancelNoResponders(t *testing.T) {
 		if err != nil || reply.Result != events.CancelCancelling {
 			t.Fatalf("reply %+v, err %v; want cancelling", reply, err)
 		}
-		st, _, err := e.store.Get(ctx, "q1")
-		if err != nil {
-			t.Fatal(err)
+		if req, ok := record(t, "q1"); !ok || req.Reason != "changed my mind" {
+			t.Fatalf("cancel record %+v (stored %v), want the reason", req, ok)
 		}
-		if st.Status != events.StatusQueued || st.Cancel == nil || st.Cancel.Reason != events.ReasonRequested || st.Cancel.Note != "changed my mind" || st.Cancel.At.IsZero() {
-			t.Fatalf("state %+v, want queued with the cancel recorded", st)
+		if _, _, err := e.store.Get(ctx, "q1"); !errors.Is(err, events.ErrStateNotFound) {
+			t.Fatalf("the client wrote run state: %v", err)
 		}
 		// Idempotent: a second cancel keeps the first record.
 		reply, err = e.client.Cancel(ctx, "q1", "again")
 		if err != nil || reply.Result != events.CancelCancelling {
 			t.Fatalf("second cancel: %+v %v", reply, err)
 		}
-		st2, _, _ := e.store.Get(ctx, "q1")
-		if st2.Cancel.Note != "changed my mind" {
-			t.Errorf("second cancel overwrote the record: %+v", st2.Cancel)
+		if req, _ := record(t, "q1"); req.Reason != "changed my mind" {
+			t.Errorf("second cancel replaced the record: %+v", req)
 		}
 	})
 
-	t.Run("running state keeps its fields", func(t *testing.T) {
+	t.Run("running state is left alone", func(t *testing.T) {
 		started := time.Now().UTC().Truncate(time.Millisecond)
-		if _, err := e.store.Create(ctx, events.RunState{RunID: "r1", Status: events.StatusRunning, ResponseID: "resp_1", Owner: "w1", Attempt: 2, StartedAt: &started}); err != nil {
+		want := events.RunState{RunID: "r1", Status: events.StatusRunning, ResponseID: "resp_1", Owner: "w1", Attempt: 2, StartedAt: &started}
+		if _, err := e.store.Create(ctx, want); err != nil {
 			t.Fatal(err)
 		}
+		_, rev, _ := e.store.Get(ctx, "r1")
 		reply, err := e.client.Cancel(ctx, "r1", "")
 		if err != nil || reply.Result != events.CancelCancelling {
 			t.Fatalf("reply %+v, err %v", reply, err)
 		}
-		st, _, _ := e.store.Get(ctx, "r1")
-		if st.Status != events.StatusRunning || st.ResponseID != "resp_1" || st.Owner != "w1" || st.Attempt != 2 ||
-			st.StartedAt == nil || !st.StartedAt.Equal(started) || st.Cancel == nil || st.Cancel.Reason != events.ReasonRequested {
-			t.Fatalf("state %+v", st)
+		if _, rev2, _ := e.store.Get(ctx, "r1"); rev2 != rev {
+			t.Fatalf("state revision %d -> %d: the client wrote run state", rev, rev2)
+		}
+		if _, ok := record(t, "r1"); !ok {
+			t.Fatal("no cancel record stored")
 		}
 	})
 
@@ -143,20 +155,37 @@ func TestCancelNoResponders(t *testing.T) {
 			t.Fatal(err)
 		}
 		reply, err := e.client.Cancel(ctx, "f1", "")
-		if err != nil || reply.Result != events.CancelAlreadyFinished || reply.Terminal != events.TypeRunCompleted {
+		if err != nil || reply.Result != events.CancelAlreadyFinished || reply.Terminal != events.TypeRunCompleted || reply.UpstreamStatus != "completed" {
 			t.Fatalf("reply %+v, err %v; want already_finished", reply, err)
-		}
-		st, _, _ := e.store.Get(ctx, "f1")
-		if st.Cancel != nil {
-			t.Errorf("cancel recorded on a finished run: %+v", st)
 		}
 	})
 
-	t.Run("bad run id", func(t *testing.T) {
+	t.Run("bad run id or reason", func(t *testing.T) {
 		if _, err := e.client.Cancel(ctx, "a.b", ""); !errors.Is(err, events.ErrBadRunID) {
 			t.Fatalf("err = %v", err)
 		}
+		if _, err := e.client.Cancel(ctx, "long", strings.Repeat("x", events.MaxCancelReasonLen+1)); !errors.Is(err, events.ErrBadCancelReason) {
+			t.Fatalf("err = %v", err)
+		}
+		if _, ok := record(t, "long"); ok {
+			t.Fatal("an invalid cancel was stored")
+		}
 	})
+}
+
+// Without a cancels stream (no worker ever provisioned), Cancel fails with
+// an error that says so instead of pretending the cancel is on record.
+func TestCancelWithoutStream(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	c, err := events.NewClient(nc, events.ClientConfig{CancelTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Cancel(testCtx(t), "r1", "")
+	if err == nil || !strings.Contains(err.Error(), "FOUNDRYQ_CANCELS") {
+		t.Fatalf("err = %v, want an error naming the cancels stream", err)
+	}
 }
 
 func TestCancelWithResponder(t *testing.T) {

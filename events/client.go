@@ -54,7 +54,6 @@ type Client struct {
 
 	mu    sync.Mutex
 	state *StateStore // looked up on first use
-	runs  jetstream.Stream
 }
 
 // NewClient returns a Client on nc.
@@ -99,42 +98,42 @@ func (c *Client) StateStore(ctx context.Context) (*StateStore, error) {
 	return c.state, nil
 }
 
-func (c *Client) runsStream(ctx context.Context) (jetstream.Stream, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.runs != nil {
-		return c.runs, nil
-	}
-	s, err := c.js.Stream(ctx, c.names.RunsStream())
-	if err != nil {
-		return nil, fmt.Errorf("events: open stream %s (has a worker provisioned it?): %w", c.names.RunsStream(), err)
-	}
-	c.runs = s
-	return s, nil
-}
-
-// SubmitResult says where JetStream stored a run request.
+// SubmitResult says what became of a submitted run request.
 type SubmitResult struct {
 	RunID    string
-	Stream   string
-	Sequence uint64
+	Stream   string // where the request was stored; empty when Existing
+	Sequence uint64 // its stream sequence; 0 when Existing
+	// Existing is true when the run id already belongs to a run with the
+	// same request (a retry): nothing was published, and Status is that
+	// run's status.
+	Existing bool
+	Status   RunStatus
 }
 
-// JetStream error code for "maximum messages per subject exceeded": the
-// runs stream refuses a second request for a run id that is still queued.
+// JetStream error code for "maximum messages per subject exceeded": a
+// stream with DiscardNewPerSubject refuses a second message on a subject
+// (the runs stream: a run id still queued; the cancels stream: a cancel
+// already on record).
 const errCodeMaxMsgsPerSubject jetstream.ErrorCode = 10077
 
 // Submit validates req and publishes it on <prefix>.runs.<run_id> with
-// Nats-Msg-Id = run id, returning once JetStream has stored it. A bad
-// request returns a *ValidationError and publishes nothing. A run id that
-// is still queued gives ErrAlreadyQueued; one submitted within the dedupe
-// window and taken since gives ErrDuplicateSubmit. Submit never generates
-// a run id: use NewRunID. On a dedupe hit (ErrAlreadyQueued or
-// ErrDuplicateSubmit with a non-zero result) the result holds the first
-// publish's sequence.
+// Nats-Msg-Id = run id, returning once JetStream has stored it. A run id
+// runs once, for one request:
+//   - a bad request returns a *ValidationError and publishes nothing;
+//   - if a worker has taken the run already, the same request again is a
+//     retry: nothing is published and the result has Existing set and the
+//     run's Status; a different request gives a *RunIDUsedError (errors.Is
+//     ErrRunIDUsed) naming the run's status;
+//   - a run id still waiting in the queue gives ErrAlreadyQueued.
+//
+// Submit never generates a run id: use NewRunID.
 func (c *Client) Submit(ctx context.Context, req RunRequest) (SubmitResult, error) {
 	if err := req.Validate(); err != nil {
 		return SubmitResult{}, err
+	}
+	digest := req.Digest()
+	if res, done, err := c.existing(ctx, req.RunID, digest); done {
+		return res, err
 	}
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -150,47 +149,41 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (SubmitResult, erro
 		}
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, err)
 	}
-	res := SubmitResult{RunID: req.RunID, Stream: ack.Stream, Sequence: ack.Sequence}
 	if ack.Duplicate {
-		// Within the dedupe window JetStream reports the first publish's
-		// sequence. If that message is still in the work queue the run is
-		// queued; otherwise a worker has taken it.
-		if queued, qerr := c.queued(ctx, req.RunID); qerr == nil && queued {
-			return res, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
+		// Within the dedupe window JetStream kept the first publish. Either
+		// a worker has taken it (its state says which request it was) or it
+		// is still waiting in the queue.
+		if res, done, err := c.existing(ctx, req.RunID, digest); done {
+			return res, err
 		}
-		return res, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrDuplicateSubmit)
+		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
 	}
-	return res, nil
+	return SubmitResult{RunID: req.RunID, Stream: ack.Stream, Sequence: ack.Sequence, Status: StatusQueued}, nil
 }
 
-// queued reports whether a request for runID waits in the runs stream.
-func (c *Client) queued(ctx context.Context, runID string) (bool, error) {
-	s, err := c.runsStream(ctx)
+// existing looks the run id up in the state bucket. done is false when no
+// worker has recorded the run (or the bucket cannot be read), so the
+// request may be published.
+func (c *Client) existing(ctx context.Context, runID, digest string) (res SubmitResult, done bool, err error) {
+	st, _, err := c.State(ctx, runID)
 	if err != nil {
-		return false, err
+		return SubmitResult{}, false, nil
 	}
-	_, err = s.GetLastMsgForSubject(ctx, c.names.RunSubject(runID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
+	if st.Digest != "" && st.Digest == digest {
+		return SubmitResult{RunID: runID, Existing: true, Status: st.Status}, true, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("events: look up queued run %s: %w", runID, err)
-	}
-	return true, nil
+	return SubmitResult{}, true, fmt.Errorf("events: submit run %s: %w", runID, &RunIDUsedError{RunID: runID, Status: st.Status})
 }
 
-// Cancel asks the workers to cancel runID (core NATS request on
+// Cancel cancels runID. It first stores the cancel durably on
+// <prefix>.cancels.<run_id> (stream <PREFIX>_CANCELS; a cancel already on
+// record stays as it is), then asks the workers (core NATS request on
 // <prefix>.cancel.<run_id>) and returns their typed reply. If no worker is
-// running (no responders), Cancel records the cancel in the state bucket
-// itself so that the worker that takes the run applies it, and answers:
-// cancelling if the run is queued or its state is not finished,
-// already_finished if the state is finished, not_found if neither exists.
-// When no state exists but the run is queued, the recorded state has
-// status "queued" and the cancel record; otherwise the stored state keeps
-// all its fields and gains the cancel record (compare-and-set), unless it
-// already has one. A reply carrying an error gives the reply and an error
-// wrapping ErrCancelFailed. reason is free text ("" is sent as no reason
-// and recorded as ReasonRequested).
+// running (no responders), the stored cancel is applied by the worker that
+// takes the run, and Cancel answers from the state bucket: already_finished
+// if the run has ended, cancelling otherwise. A reply carrying an error
+// gives the reply and an error wrapping ErrCancelFailed. reason is free
+// text, at most MaxCancelReasonLen characters.
 func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply, error) {
 	if !ValidRunID(runID) {
 		return CancelReply{}, fmt.Errorf("events: cancel run %q: %w", runID, ErrBadRunID)
@@ -203,11 +196,14 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply,
 	if err != nil {
 		return CancelReply{}, fmt.Errorf("events: cancel run %s: %w", runID, err)
 	}
+	if err := c.recordCancel(ctx, runID, data); err != nil {
+		return CancelReply{}, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.CancelTimeout)
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(rctx, c.names.CancelSubject(runID), data)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return c.recordCancel(ctx, runID, reason)
+		return c.noWorkerReply(ctx, runID), nil
 	}
 	if err != nil {
 		return CancelReply{}, fmt.Errorf("events: cancel run %s: %w", runID, err)
@@ -222,44 +218,32 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply,
 	return reply, nil
 }
 
-// recordCancel is the cancel path when no worker answers.
-func (c *Client) recordCancel(ctx context.Context, runID, reason string) (CancelReply, error) {
-	store, err := c.StateStore(ctx)
-	if err != nil {
-		return CancelReply{}, fmt.Errorf("events: cancel run %s: %w", runID, err)
-	}
-	queued, err := c.queued(ctx, runID)
-	if err != nil {
-		return CancelReply{}, fmt.Errorf("events: cancel run %s: %w", runID, err)
-	}
-	if reason == "" {
-		reason = ReasonRequested
-	}
-	reply := CancelReply{RunID: runID}
-	_, err = store.Upsert(ctx, runID, func(st *RunState, exists bool) error {
-		switch {
-		case !exists && !queued:
-			reply.Result = CancelNotFound
-			return ErrSkipUpdate
-		case !exists:
-			st.Status = StatusQueued
-		case st.Finished():
-			reply.Result = CancelAlreadyFinished
-			reply.Terminal = st.Terminal
-			reply.UpstreamStatus = st.UpstreamStatus
-			return ErrSkipUpdate
-		case st.Cancel != nil:
-			reply.Result = CancelCancelling
-			return ErrSkipUpdate
-		}
-		reply.Result = CancelCancelling
-		st.Cancel = &CancelRecord{Reason: ReasonRequested, Note: reason, At: time.Now().UTC()}
+// recordCancel stores the cancel request durably. A cancel already on
+// record for the run is kept (the stream refuses a second one).
+func (c *Client) recordCancel(ctx context.Context, runID string, body []byte) error {
+	_, err := c.js.Publish(ctx, c.names.CancelRecordSubject(runID), body,
+		jetstream.WithExpectStream(c.names.CancelsStream()))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgsPerSubject {
 		return nil
-	})
-	if err != nil {
-		return CancelReply{}, fmt.Errorf("events: cancel run %s: record in state bucket: %w", runID, err)
 	}
-	return reply, nil
+	if err != nil {
+		return fmt.Errorf("events: cancel run %s: record the cancel in stream %s (has a worker provisioned it?): %w",
+			runID, c.names.CancelsStream(), err)
+	}
+	return nil
+}
+
+// noWorkerReply answers a cancel that no worker heard: the cancel is on
+// record and the next worker to take the run applies it.
+func (c *Client) noWorkerReply(ctx context.Context, runID string) CancelReply {
+	reply := CancelReply{RunID: runID, Result: CancelCancelling}
+	if st, _, err := c.State(ctx, runID); err == nil && st.Finished() {
+		reply.Result = CancelAlreadyFinished
+		reply.Terminal = st.Terminal
+		reply.UpstreamStatus = st.UpstreamStatus
+	}
+	return reply
 }
 
 // State returns the stored state of runID and its KV revision, or an error

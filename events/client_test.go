@@ -52,7 +52,8 @@ func TestSubmit(t *testing.T) {
 		t.Fatalf("runs stream holds %d messages, want 1", info.State.Msgs)
 	}
 
-	// Once a worker took it (acked), a resubmit within the window is a duplicate.
+	// Taken by a worker (acked) but not yet recorded: still in the dedupe
+	// window, so the resubmit is dropped and reported as queued.
 	job, err := e.res.Consumer.Next(jetstream.FetchContext(ctx))
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +61,79 @@ func TestSubmit(t *testing.T) {
 	if err := job.DoubleAck(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client.Submit(ctx, req); !errors.Is(err, events.ErrDuplicateSubmit) {
-		t.Fatalf("resubmit after take: %v, want ErrDuplicateSubmit", err)
+	if _, err := e.client.Submit(ctx, req); !errors.Is(err, events.ErrAlreadyQueued) {
+		t.Fatalf("resubmit after take: %v, want ErrAlreadyQueued", err)
+	}
+}
+
+// A run id runs once, for one request: once a worker has recorded the run,
+// the same request again is a retry that returns the existing run, and a
+// different request is refused with the run's status, whatever the dedupe
+// window says.
+func TestSubmitUsedRunID(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	req := validRequest("used1")
+	req.Metadata = map[string]string{"k": "v"}
+	if _, err := e.store.Create(ctx, events.RunState{RunID: "used1", Status: events.StatusCompleted, Digest: req.Digest()}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.client.Submit(ctx, req)
+	if err != nil || !res.Existing || res.Status != events.StatusCompleted || res.RunID != "used1" {
+		t.Fatalf("retry of the same request: %+v, %v; want the existing completed run", res, err)
+	}
+
+	other := req
+	other.Input = json.RawMessage(`"something else"`)
+	_, err = e.client.Submit(ctx, other)
+	var used *events.RunIDUsedError
+	if !errors.Is(err, events.ErrRunIDUsed) || !errors.As(err, &used) || used.Status != events.StatusCompleted {
+		t.Fatalf("different request under a used id: %v, want a *RunIDUsedError with status completed", err)
+	}
+
+	// A record without a digest (written before digests) cannot prove a
+	// retry: refused.
+	if _, err := e.store.Create(ctx, events.RunState{RunID: "old1", Status: events.StatusFailed}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Submit(ctx, validRequest("old1")); !errors.Is(err, events.ErrRunIDUsed) {
+		t.Fatalf("submit over a record without digest: %v, want ErrRunIDUsed", err)
+	}
+	info, _ := e.res.Runs.Info(ctx)
+	if info.State.Msgs != 0 {
+		t.Fatalf("runs stream holds %d messages: a refused or retried submit was published", info.State.Msgs)
+	}
+}
+
+// The digest depends on the request's content, not on how its JSON was
+// spaced: what a worker decodes has the digest the client computed.
+func TestDigestSurvivesTheWire(t *testing.T) {
+	t.Parallel()
+	reqs := []events.RunRequest{
+		validRequest("d1"),
+		{RunID: "d2", Model: "m", Input: json.RawMessage(` [ {"role" : "user", "content":"hi"} ] `),
+			Tools:    []json.RawMessage{json.RawMessage(`{ "type":"mcp", "server_label":"x" , "require_approval":"never"}`)},
+			Options:  map[string]json.RawMessage{"temperature": json.RawMessage(` 0.5 `), "top_p": json.RawMessage(`1`)},
+			Metadata: map[string]string{"b": "2", "a": "1"}, TimeoutSeconds: 30},
+	}
+	for _, r := range reqs {
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := events.DecodeRunRequest(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Digest() != r.Digest() {
+			t.Errorf("%s: digest after the wire %s, before %s", r.RunID, got.Digest(), r.Digest())
+		}
+	}
+	a, b := reqs[0], reqs[0]
+	b.Input = json.RawMessage(`"other"`)
+	if a.Digest() == b.Digest() {
+		t.Error("different inputs share a digest")
 	}
 }
 

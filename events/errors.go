@@ -57,12 +57,13 @@ var (
 	// ErrAlreadyQueued: a request with this run id is waiting in the runs
 	// stream; the new one was refused (nothing was stored).
 	ErrAlreadyQueued = errors.New("run already queued")
-	// ErrDuplicateSubmit: JetStream saw this run id within its dedupe window
-	// (the run was submitted recently and has been taken by a worker since);
-	// the publish was acknowledged and ignored.
-	ErrDuplicateSubmit = errors.New("duplicate submit of run id")
+	// ErrRunIDUsed is matched by *RunIDUsedError: the run id belongs to a
+	// run with a different request.
+	ErrRunIDUsed = errors.New("run id already used by a different request")
 	// ErrStateNotFound: the KV bucket holds no state for the run.
 	ErrStateNotFound = errors.New("run state not found")
+	// ErrStateCorrupt: the stored state of a run is not a RunState.
+	ErrStateCorrupt = errors.New("run state unreadable")
 	// ErrStateExists: Create found a state already stored for the run.
 	ErrStateExists = errors.New("run state already exists")
 	// ErrStateConflict: Update or Upsert lost the compare-and-set race too many times.
@@ -79,3 +80,18 @@ var (
 	// ErrWatchClosed: Next was called on a closed Watch.
 	ErrWatchClosed = errors.New("watch closed")
 )
+
+// RunIDUsedError reports a request submitted under a run id that already
+// belongs to a run with a different request. errors.Is matches ErrRunIDUsed.
+type RunIDUsedError struct {
+	RunID  string
+	Status RunStatus // the existing run's status
+}
+
+// Error returns "run id <id> already used by a different request (run <status>)".
+func (e *RunIDUsedError) Error() string {
+	return fmt.Sprintf("run id %s already used by a different request (run %s)", e.RunID, e.Status)
+}
+
+// Is matches ErrRunIDUsed.
+func (e *RunIDUsedError) Is(target error) bool { return target == ErrRunIDUsed }

@@ -106,10 +106,13 @@ const (
 
 // Header names on a dead letter (its body is the original run request).
 const (
-	HeaderDeadCode    = "Foundryq-Dead-Code"    // invalid_request, upstream_error
+	HeaderDeadCode    = "Foundryq-Dead-Code"    // invalid_request, upstream_error, upstream_lost, attempts_exhausted, duplicate_run_id, state_unreadable
 	HeaderDeadReason  = "Foundryq-Dead-Reason"  // a human-readable message
 	HeaderDeadSubject = "Foundryq-Dead-Subject" // the subject the request arrived on
 	HeaderDeadWorker  = "Foundryq-Dead-Worker"  // the worker that gave up on it
+	// HeaderDeadTruncated is set, to the original size in bytes, when the
+	// request was too large to store whole and only its beginning is kept.
+	HeaderDeadTruncated = "Foundryq-Dead-Truncated"
 )
 
 // MsgID is the Nats-Msg-Id of a run's event number seq: "<run_id>:<seq>".

@@ -26,7 +26,11 @@ type ProvisionConfig struct {
 	// AckWait of the worker consumer: how long a job may go without an ack
 	// or InProgress before it is redelivered. Default 30s.
 	AckWait time.Duration
-	// MaxDeliver of the worker consumer (deliveries per job, -1 unlimited). Default 10.
+	// MaxDeliver is how many failed attempts a run may use before the worker
+	// gives it up (run.failed and a dead letter). Hand-offs at shutdown,
+	// lease renewals and deliveries a worker ignores do not count: the
+	// worker counts failures in the run's state record, and the JetStream
+	// consumer itself redelivers without limit. Default 10.
 	MaxDeliver int
 	// MaxAckPending of the worker consumer: jobs in flight across all
 	// workers (-1 unlimited). Default 10000.
@@ -81,7 +85,18 @@ func (c ProvisionConfig) withDefaults() ProvisionConfig {
 	return c
 }
 
+// ErrInvalidProvisionConfig is wrapped by the error Provision returns for
+// a bad ProvisionConfig.
+var ErrInvalidProvisionConfig = errors.New("events: invalid provision config")
+
 func (c ProvisionConfig) validate() error {
+	if err := c.check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidProvisionConfig, err)
+	}
+	return nil
+}
+
+func (c ProvisionConfig) check() error {
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("events: provision: Replicas %d must be between 1 and 5", c.Replicas)
@@ -93,8 +108,8 @@ func (c ProvisionConfig) validate() error {
 		return fmt.Errorf("events: provision: Duplicates %s must be at least %s", c.Duplicates, DefaultDuplicates)
 	case c.AckWait < time.Second:
 		return fmt.Errorf("events: provision: AckWait %s must be at least 1s", c.AckWait)
-	case c.MaxDeliver < -1:
-		return fmt.Errorf("events: provision: MaxDeliver %d must be -1 (unlimited) or positive", c.MaxDeliver)
+	case c.MaxDeliver < 1:
+		return fmt.Errorf("events: provision: MaxDeliver %d must be at least 1", c.MaxDeliver)
 	case c.MaxAckPending < -1:
 		return fmt.Errorf("events: provision: MaxAckPending %d must be -1 (unlimited) or positive", c.MaxAckPending)
 	case c.StateTTL < time.Second:
@@ -107,9 +122,9 @@ func (c ProvisionConfig) validate() error {
 
 // Resources are the JetStream objects foundryq runs on.
 type Resources struct {
-	Runs, Events, Dead jetstream.Stream
-	Consumer           jetstream.Consumer
-	State              jetstream.KeyValue
+	Runs, Events, Dead, Cancels jetstream.Stream
+	Consumer                    jetstream.Consumer
+	State                       jetstream.KeyValue
 }
 
 // RunsStreamConfig, EventsStreamConfig, DeadStreamConfig, ConsumerConfig
@@ -162,9 +177,33 @@ func DeadStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	}
 }
 
+// CancelsStreamConfig: see RunsStreamConfig. One durable cancel record per
+// run id (the first stays: DiscardNewPerSubject), kept as long as run
+// states.
+func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	return jetstream.StreamConfig{
+		Name:                 n.CancelsStream(),
+		Description:          "foundryq cancel requests on record, one per run id",
+		Subjects:             []string{n.CancelRecordsWildcard()},
+		Retention:            jetstream.LimitsPolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             cfg.Replicas,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxAge:               cfg.StateTTL,
+		Duplicates:           min(DefaultEventsDuplicates, cfg.StateTTL),
+		AllowDirect:          true,
+	}
+}
+
 // ConsumerConfig: see RunsStreamConfig. No InactiveThreshold (a durable
-// work consumer must never be removed) and no BackOff (it would replace
-// AckWait).
+// work consumer must never be removed), no BackOff (it would replace
+// AckWait) and no MaxDeliver: a job is delivered until a worker ends it;
+// the failure budget (ProvisionConfig.MaxDeliver) is kept by the workers
+// in the run's state, so that hand-offs and lease renewals never use it up
+// and the last attempt always ends the run with a terminal event.
 func ConsumerConfig(n Names, cfg ProvisionConfig) jetstream.ConsumerConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.ConsumerConfig{
@@ -173,7 +212,7 @@ func ConsumerConfig(n Names, cfg ProvisionConfig) jetstream.ConsumerConfig {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
+		MaxDeliver:    -1,
 		MaxAckPending: cfg.MaxAckPending,
 		FilterSubject: n.RunsWildcard(),
 		Replicas:      cfg.Replicas,
@@ -197,7 +236,7 @@ func StateBucketConfig(n Names, cfg ProvisionConfig) jetstream.KeyValueConfig {
 // another process creates the same resource concurrently.
 const provisionAttempts = 8
 
-// Provision creates or updates the runs, events and dead-letter streams,
+// Provision creates or updates the runs, events, dead-letter and cancels streams,
 // the durable worker consumer and the state bucket. It is idempotent and
 // safe to run from many workers at once at start. An existing resource
 // whose configuration cannot be changed in place (e.g. the runs stream's
@@ -216,6 +255,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, n Names, cfg Provisi
 		return Resources{}, err
 	}
 	if res.Dead, err = upsertStream(ctx, js, DeadStreamConfig(n, cfg)); err != nil {
+		return Resources{}, err
+	}
+	if res.Cancels, err = upsertStream(ctx, js, CancelsStreamConfig(n, cfg)); err != nil {
 		return Resources{}, err
 	}
 	ccfg := ConsumerConfig(n, cfg)

@@ -63,12 +63,20 @@ func TestProvisionConcurrentAndIdempotent(t *testing.T) {
 	if dc := dead.Config; dc.Name != "FOUNDRYQ_DEAD" || dc.MaxAge != 30*24*time.Hour {
 		t.Errorf("dead stream config: %+v", dc)
 	}
+	cancels, err := res.Cancels.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc := cancels.Config; cc.Name != "FOUNDRYQ_CANCELS" || cc.MaxMsgsPerSubject != 1 || !cc.DiscardNewPerSubject ||
+		cc.Discard != jetstream.DiscardNew || cc.MaxAge != 7*24*time.Hour || cc.Subjects[0] != "foundryq.cancels.*" {
+		t.Errorf("cancels stream config: %+v", cc)
+	}
 	ci, err := res.Consumer.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cc := ci.Config; cc.Durable != "foundryq-workers" || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != 30*time.Second ||
-		cc.MaxDeliver != 10 || cc.InactiveThreshold != 0 || len(cc.BackOff) != 0 || cc.MaxAckPending != 10000 {
+		cc.MaxDeliver != -1 || cc.InactiveThreshold != 0 || len(cc.BackOff) != 0 || cc.MaxAckPending != 10000 {
 		t.Errorf("consumer config: %+v", cc)
 	}
 	st, err := res.State.Status(ctx)
@@ -109,7 +117,7 @@ func TestProvisionConfigValidation(t *testing.T) {
 		{"EventsDuplicates", events.ProvisionConfig{EventsMaxAge: time.Minute, EventsDuplicates: time.Hour}},
 		{"Duplicates", events.ProvisionConfig{Duplicates: time.Minute}},
 		{"AckWait", events.ProvisionConfig{AckWait: time.Millisecond}},
-		{"MaxDeliver", events.ProvisionConfig{MaxDeliver: -2}},
+		{"MaxDeliver", events.ProvisionConfig{MaxDeliver: -1}},
 		{"MaxAckPending", events.ProvisionConfig{MaxAckPending: -5}},
 		{"StateTTL", events.ProvisionConfig{StateTTL: -time.Hour}},
 		{"DeadMaxAge", events.ProvisionConfig{DeadMaxAge: -time.Hour}},

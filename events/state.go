@@ -35,20 +35,40 @@ type CancelRecord struct {
 }
 
 // RunState is the value stored in the KV bucket (<prefix>-runs) under the
-// run id: the run's lifecycle record.
+// run id: the run's lifecycle record. Only workers write it; clients read it.
 type RunState struct {
-	RunID          string        `json:"run_id"`
-	Status         RunStatus     `json:"status"`
-	ResponseID     string        `json:"response_id,omitempty"`
-	Owner          string        `json:"owner,omitempty"`   // worker that owns the run
-	Attempt        int           `json:"attempt,omitempty"` // delivery attempt of the owner
-	Cancel         *CancelRecord `json:"cancel,omitempty"`  // set once a cancel was requested
-	Terminal       EventType     `json:"terminal,omitempty"`
-	UpstreamStatus string        `json:"upstream_status,omitempty"`
-	CreatedAt      time.Time     `json:"created_at,omitzero"`
-	UpdatedAt      time.Time     `json:"updated_at,omitzero"`
-	StartedAt      *time.Time    `json:"started_at,omitempty"`
-	FinishedAt     *time.Time    `json:"finished_at,omitempty"`
+	RunID string `json:"run_id"`
+	// Schema is the version of the record's layout (1 since the layout
+	// below; absent in records written before). A worker that finds a newer
+	// schema than it knows leaves the run to a newer worker.
+	Schema int       `json:"schema,omitempty"`
+	Status RunStatus `json:"status"`
+	// Digest identifies the request (RunRequest.Digest): a run id runs once,
+	// for one request.
+	Digest     string `json:"digest,omitempty"`
+	ResponseID string `json:"response_id,omitempty"`
+	// Owner is the worker that owns the run now; empty while the run waits
+	// for a worker (queued, handed off, or retrying after a failure).
+	Owner   string `json:"owner,omitempty"`
+	Attempt int    `json:"attempt,omitempty"` // delivery attempt of the last owner
+	// Failures counts failed attempts (upstream errors, workers that
+	// vanished); hand-offs and lease renewals do not count.
+	Failures  int    `json:"failures,omitempty"`
+	LastError string `json:"last_error,omitempty"` // why the last failed attempt failed
+	// CreateStartedAt is set before the upstream create is sent; with no
+	// ResponseID it means a response may exist that nobody knows the id of.
+	CreateStartedAt *time.Time    `json:"create_started_at,omitempty"`
+	Cancel          *CancelRecord `json:"cancel,omitempty"` // set once a cancel was requested
+	Terminal        EventType     `json:"terminal,omitempty"`
+	// End is the run's terminal event, exactly as it is (or is about to be)
+	// stored on the events subject: the record says how the run ended, with
+	// its usage, even after the events have expired.
+	End            *RunEvent  `json:"end,omitempty"`
+	UpstreamStatus string     `json:"upstream_status,omitempty"`
+	CreatedAt      time.Time  `json:"created_at,omitzero"`
+	UpdatedAt      time.Time  `json:"updated_at,omitzero"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 }
 
 // Finished reports whether the run has ended.
@@ -80,6 +100,8 @@ func NewStateStore(kv jetstream.KeyValue) *StateStore {
 func (s *StateStore) KeyValue() jetstream.KeyValue { return s.kv }
 
 // Get returns the state of runID and its KV revision, or ErrStateNotFound.
+// A stored value that is not a RunState gives an error wrapping
+// ErrStateCorrupt, with the value's revision.
 func (s *StateStore) Get(ctx context.Context, runID string) (RunState, uint64, error) {
 	if !ValidRunID(runID) {
 		return RunState{}, 0, fmt.Errorf("events: get state: run id %q: %w", runID, ErrBadRunID)
@@ -93,7 +115,7 @@ func (s *StateStore) Get(ctx context.Context, runID string) (RunState, uint64, e
 	}
 	var st RunState
 	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return RunState{}, 0, fmt.Errorf("events: decode state of run %s (revision %d): %w", runID, e.Revision(), err)
+		return RunState{}, e.Revision(), fmt.Errorf("events: decode state of run %s (revision %d): %w: %v", runID, e.Revision(), ErrStateCorrupt, err)
 	}
 	return st, e.Revision(), nil
 }
@@ -227,4 +249,26 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// Replace writes st over the value stored at revision rev (compare-and-set),
+// e.g. to repair a record that Get reported as ErrStateCorrupt. UpdatedAt is
+// set to now.
+func (s *StateStore) Replace(ctx context.Context, st RunState, rev uint64) error {
+	if !ValidRunID(st.RunID) {
+		return fmt.Errorf("events: replace state: run id %q: %w", st.RunID, ErrBadRunID)
+	}
+	now := s.now().UTC()
+	st.UpdatedAt = now
+	if st.CreatedAt.IsZero() {
+		st.CreatedAt = now
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("events: encode state of run %s: %w", st.RunID, err)
+	}
+	if _, err := s.kv.Update(ctx, st.RunID, data, rev); err != nil {
+		return fmt.Errorf("events: replace state of run %s: %w", st.RunID, err)
+	}
+	return nil
 }

@@ -115,15 +115,11 @@ func (w *Watch) setup(from From) error {
 	if err != nil {
 		return fmt.Errorf("events: watch run %s: open stream %s: %w", w.runID, w.c.names.EventsStream(), err)
 	}
-	// The state is read before the last event: a run that ends between the
-	// two reads has its terminal event stored before its state says so.
-	finished := w.finishedState(ctx)
 	last, err := stream.GetLastMsgForSubject(ctx, subject)
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("events: watch run %s: read last event: %w", w.runID, err)
 	}
-	if last == nil && finished {
-		// The state says the run ended, yet no event is stored: expired.
+	if last == nil && w.expired(ctx) {
 		return fmt.Errorf("events: watch run %s: %w", w.runID, ErrEventsUnavailable)
 	}
 	occ := jetstream.OrderedConsumerConfig{
@@ -157,15 +153,21 @@ func (w *Watch) setup(from From) error {
 	return nil
 }
 
-// finishedState reports whether the state bucket says the run ended; any
-// look-up error counts as "not known to be finished".
-func (w *Watch) finishedState(ctx context.Context) bool {
-	store, err := w.c.StateStore(ctx)
-	if err != nil {
+// expiredAfter is how long after a run ended its terminal event must be
+// stored: a worker records the end in the state bucket first and publishes
+// the terminal event right after (or, if it failed meanwhile, the next
+// worker to see the job does).
+const expiredAfter = 2 * time.Minute
+
+// expired reports whether the state bucket says the run ended long enough
+// ago that its missing events must have expired; any look-up error counts
+// as "not known to be expired".
+func (w *Watch) expired(ctx context.Context) bool {
+	st, _, err := w.c.State(ctx, w.runID)
+	if err != nil || !st.Finished() {
 		return false
 	}
-	st, _, err := store.Get(ctx, w.runID)
-	return err == nil && st.Finished()
+	return st.FinishedAt == nil || time.Since(*st.FinishedAt) > expiredAfter
 }
 
 // Next returns the run's next event. After the terminal event it returns

@@ -1,0 +1,387 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+)
+
+// Error codes of run.failed events and dead letters that the worker itself
+// decides (Foundry's own codes pass through as they are).
+const (
+	codeUpstreamError     = "upstream_error"     // Foundry refused the create, or could not be reached
+	codeUpstreamLost      = "upstream_lost"      // a create may have started a response whose id never arrived
+	codeAttemptsExhausted = "attempts_exhausted" // every permitted attempt failed
+	codeDuplicateRunID    = "duplicate_run_id"   // dead letter only: a different request under a used run id
+	codeStateUnreadable   = "state_unreadable"   // the run's state record could not be decoded
+	codeInternal          = "internal_error"     // the worker could not store the run's events
+)
+
+// finish ends the run: every queued event is stored, the end is recorded in
+// the state bucket (finishRun), then the terminal event is stored with the
+// seq the record names, then the job is acked. A failure between two steps
+// is repaired by the next delivery of the job (repairEnd).
+func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) {
+	if err := r.rel.flush(r.hard); err != nil {
+		r.log.Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
+		return
+	}
+	ev.RunID = r.id
+	ev.Seq = r.rel.nextSeq()
+	ev.Time = time.Now().UTC()
+	_, err := r.persist("record the run's end", func(s *events.RunState, _ bool) error {
+		return finishRun(s, r.owner, ev, upstreamStatus, ev.Time)
+	})
+	if err != nil {
+		if isDecision(err) {
+			r.log.Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
+			return
+		}
+		r.log.Error().Err(err).Msg("record the run's end; the job will be delivered again")
+		return
+	}
+	r.rel.add(ev, upstreamSeq)
+	if err := r.rel.flush(r.hard); err != nil {
+		r.log.Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
+		return
+	}
+	r.ack()
+	r.w.m.runsFinished.WithLabelValues(string(ev.Type)).Inc()
+	r.log.Info().Str("type", string(ev.Type)).Msg("run ended")
+}
+
+// repairEnd publishes the terminal event a finished record names when the
+// events subject does not have it yet (the worker that ended the run failed
+// between the two writes).
+func (r *run) repairEnd(st events.RunState, pos position) {
+	switch {
+	case pos.Type.Terminal():
+		return
+	case st.End == nil:
+		// Written before records kept their end: the terminal event was
+		// stored first.
+		return
+	case st.End.Seq != pos.Seq+1:
+		r.log.Error().Uint64("end_seq", st.End.Seq).Uint64("stored_seq", pos.Seq).
+			Msg("the state record's end does not follow the stored events; not repaired")
+		return
+	}
+	if err := r.w.publishEnd(r.hard, r.id, pos, *st.End, r.log); err != nil {
+		r.log.Error().Err(err).Msg("publish the terminal event from the state record")
+		return
+	}
+	r.log.Warn().Str("type", string(st.End.Type)).Msg("terminal event was missing; published from the state record")
+}
+
+// reach says how far a cancelled run got upstream.
+type reach int
+
+const (
+	reachNone      reach = iota // never reached Foundry
+	reachUnknown                // a create may have started a response whose id is unknown
+	reachConfirmed              // a response exists; Foundry's last word is given (or could not be had)
+)
+
+// finishCancelled ends the run as run.cancelled. resp is Foundry's last
+// word on the response (nil if none).
+func (r *run) finishCancelled(reason string, resp *foundry.Response, how reach) {
+	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason, ResponseID: r.currentResponseID()}
+	var upstream string
+	switch {
+	case resp != nil:
+		ev.ResponseID = resp.ID
+		upstream = resp.Status
+		ev.UpstreamStatus = resp.Status
+		ev.Usage = usageOf(resp.Usage)
+		if resp.Status == foundry.StatusCompleted {
+			r.w.m.completedAfterCancl.Inc()
+			r.log.Warn().Str("response_id", resp.ID).Msg("Foundry reports the response completed after the cancel; the run stays cancelled")
+		}
+	case how == reachUnknown:
+		upstream = "unknown"
+		ev.UpstreamStatus = upstream
+	case how == reachNone:
+		ev.Usage = &events.Usage{}
+	}
+	if ev.Usage == nil {
+		ev.UsageUnknown = true
+	}
+	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
+	r.finish(ev, -1, upstream)
+	if resp != nil && resp.Status == foundry.StatusCancelled && r.w.cfg.CancelAuditDelay > 0 {
+		r.w.audit(r.id, resp.ID)
+	}
+}
+
+// failUpstream ends or retries a run whose upstream work failed.
+func (r *run) failUpstream(out outcome) {
+	r.w.m.upstreamErrors.WithLabelValues(out.op).Inc()
+	if out.op == opState {
+		// NATS, not Foundry, failed: not the run's fault.
+		r.log.Warn().Err(out.err).Msg("the state bucket could not be written; the job will be retried")
+		r.release("")
+		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
+		return
+	}
+	if retryable(out.err) {
+		r.failAttempt(out.err.Error(), out.op, true)
+		return
+	}
+	r.log.Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
+	r.cancelAbandoned()
+	r.failRun(codeUpstreamError, out.err.Error(), out.noResponse)
+}
+
+// failAttempt counts a failed attempt: the job is retried after a delay,
+// unless this was the last permitted attempt, which ends the run.
+func (r *run) failAttempt(why, op string, upstream bool) {
+	st := r.lastState()
+	if st.Failures+1 >= r.w.maxFailures() {
+		r.log.Error().Str("op", op).Str("error", why).Int("failures", st.Failures+1).Msg("last permitted attempt failed; the run fails")
+		r.cancelAbandoned()
+		code := codeAttemptsExhausted
+		if !upstream {
+			code = codeInternal
+		}
+		r.failRun(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true)
+		return
+	}
+	r.log.Warn().Str("op", op).Str("error", why).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
+	if err := r.rel.flush(r.hard); err != nil && !upstream {
+		r.log.Warn().Err(err).Msg("flush events before the retry")
+	}
+	r.release(why)
+	_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay * time.Duration(st.Failures+1))
+}
+
+// giveUp ends a run whose failed attempts are used up (workers that
+// vanished count too).
+func (r *run) giveUp() {
+	st := r.lastState()
+	r.log.Error().Int("failures", st.Failures).Str("last_error", st.LastError).Msg("failed attempts used up; the run fails")
+	if st.ResponseID != "" {
+		r.setResponseID(st.ResponseID, time.Now())
+		r.cancelAbandoned()
+	}
+	r.failRun(codeAttemptsExhausted, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures, st.LastError), true)
+}
+
+// failInvalid ends a run whose request can never run.
+func (r *run) failInvalid(err error) {
+	r.log.Warn().Err(err).Msg("invalid run request; dead-lettered")
+	r.failRun(events.CodeInvalidRequest, err.Error(), true)
+	_ = r.msg.TermWithReason("invalid request")
+}
+
+// endLost ends a run whose create may have started a response whose id
+// never arrived: it must not be created again (a second, billed response),
+// and Foundry cannot be searched by metadata, so the run ends. A requested
+// cancel ends it as run.cancelled with upstream status "unknown".
+func (r *run) endLost(cause error) {
+	if reason, ok := r.cancelReason(); ok {
+		r.log.Warn().Err(cause).Msg("cancelled while the response id was unknown; Foundry's status is unknown")
+		r.finishCancelled(reason, nil, reachUnknown)
+		return
+	}
+	msg := fmt.Sprintf("a response may have been started upstream but its id never arrived; it was not created again. "+
+		"Look for the response with metadata.run_id=%s to reconcile", r.id)
+	if cause != nil {
+		msg += " (" + cause.Error() + ")"
+	}
+	r.log.Error().Err(cause).Msg("upstream response lost; the run fails")
+	r.failRun(codeUpstreamLost, msg, true)
+}
+
+// cancelReason reports whether the run is being cancelled (a cancel on
+// record, or a cancel, deadline or abandonment that stopped it), and why.
+func (r *run) cancelReason() (string, bool) {
+	if c := r.lastState().Cancel; c != nil {
+		return c.Reason, true
+	}
+	cause := context.Cause(r.ctx)
+	switch {
+	case cause == nil, errors.Is(cause, ErrShutdown), errors.Is(cause, ErrLostOwnership), errors.Is(cause, errPublishRefused):
+		return "", false
+	}
+	return reasonOf(cause), true
+}
+
+// failRun ends the run as run.failed with the worker's own code; with
+// dead, the request is copied to the dead-letter stream first.
+func (r *run) failRun(code, message string, dead bool) {
+	if dead {
+		r.w.deadLetter(r.hard, r.msg, r.id, code, message)
+	}
+	r.finish(events.RunEvent{Type: events.TypeRunFailed, ResponseID: r.currentResponseID(),
+		Error: &events.Error{Code: code, Message: truncateText(message)}}, -1, "")
+}
+
+// refuseReused dead-letters a request under a run id that belongs to a run
+// with a different request; nothing is appended to that run's subject.
+func (r *run) refuseReused(st events.RunState) {
+	msg := fmt.Sprintf("run id %s already belongs to a run with a different request (status %s); the request was not run", r.id, st.Status)
+	r.log.Warn().Str("status", string(st.Status)).Msg("run id reused by a different request; dead-lettered")
+	r.w.deadLetter(r.hard, r.msg, r.id, codeDuplicateRunID, msg)
+	_ = r.msg.TermWithReason("run id reused")
+}
+
+// failCorrupt ends a run whose state record cannot be read: the record is
+// replaced by one that says the run failed, then the terminal event follows.
+func (r *run) failCorrupt(cause error) {
+	var rev uint64
+	if _, got, err := r.w.states.Get(r.hard, r.id); errors.Is(err, events.ErrStateCorrupt) {
+		rev = got
+	}
+	r.log.Error().Err(cause).Msg("the run's state record is unreadable; the run fails")
+	msg := "the run's state record could not be read: " + cause.Error()
+	r.w.deadLetter(r.hard, r.msg, r.id, codeStateUnreadable, msg)
+	if err := r.rel.flush(r.hard); err != nil {
+		return
+	}
+	end := events.RunEvent{RunID: r.id, Seq: r.rel.nextSeq(), Type: events.TypeRunFailed, Time: time.Now().UTC(),
+		Error: &events.Error{Code: codeStateUnreadable, Message: truncateText(msg)}}
+	if err := r.w.states.Replace(r.hard, failCorrupt(r.id, r.owner, end, end.Time), rev); err != nil {
+		r.log.Error().Err(err).Msg("replace the unreadable state record; the job will be delivered again")
+		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
+		return
+	}
+	r.rel.add(end, -1)
+	if err := r.rel.flush(r.hard); err != nil {
+		return
+	}
+	r.ack()
+	r.w.m.runsFinished.WithLabelValues(string(end.Type)).Inc()
+}
+
+// cancelAbandoned cancels the run's response upstream when nobody will
+// follow it any more, so that it does not run on, billed and unread.
+func (r *run) cancelAbandoned() {
+	id := r.currentResponseID()
+	if id == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.hard, 10*time.Second)
+	defer cancel()
+	if _, err := r.w.up.Cancel(ctx, id); err != nil {
+		r.log.Warn().Err(err).Str("response_id", id).Msg("cancel the abandoned upstream response")
+	}
+}
+
+// lostOwnership stops a run that another worker owns now, without ack. If
+// the run's record does not name the response this run started, nobody will
+// follow that response: it is cancelled.
+func (r *run) lostOwnership(out outcome) {
+	r.w.m.lostOwnership.Inc()
+	r.log.Warn().Err(out.err).Msg("another worker owns the run now; stopping without ack")
+	mine := r.currentResponseID()
+	if mine == "" {
+		return
+	}
+	st, _, err := r.w.states.Get(r.hard, r.id)
+	if err != nil || st.ResponseID == mine {
+		return // the new owner follows it (or the record cannot tell: leave it)
+	}
+	r.log.Warn().Str("response_id", mine).Msg("the run's record names another response; cancelling ours")
+	r.cancelAbandoned()
+}
+
+// handoff stops a run at shutdown so that another worker re-attaches at
+// once. A create in flight is read until its response id arrives (the next
+// owner re-attaches to it instead of starting a second, billed response), at
+// most until shortly before the shutdown timeout; without an id by then the
+// run ends as endLost does.
+func (r *run) handoff(readerDone <-chan outcome, upStop context.CancelFunc) {
+	if r.currentResponseID() == "" && r.wasCreateSent() {
+		wait := time.NewTimer(time.Until(r.w.handoffDeadline()))
+		defer wait.Stop()
+		select {
+		case <-r.idReady:
+		case out := <-readerDone:
+			r.concludeHandoff(out)
+			return
+		case <-wait.C:
+			upStop()
+			out := <-readerDone
+			if r.currentResponseID() == "" {
+				if out.terminal == nil && !out.noResponse {
+					r.endLost(errors.New("shutdown before the response id arrived"))
+					return
+				}
+			}
+			r.concludeHandoff(out)
+			return
+		}
+	}
+	upStop()
+	r.concludeHandoff(<-readerDone)
+}
+
+// concludeHandoff ends a run the reader finished during shutdown, or
+// releases it for another worker.
+func (r *run) concludeHandoff(out outcome) {
+	switch {
+	case out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership || out.lost:
+		r.conclude(out)
+		return
+	}
+	if err := r.rel.flush(r.hard); err != nil {
+		r.log.Warn().Err(err).Msg("flush events before hand-off")
+	}
+	r.release("")
+	if err := r.msg.Nak(); err != nil {
+		r.log.Warn().Err(err).Msg("nak for hand-off")
+	}
+	r.w.m.handoffs.Inc()
+	r.log.Info().Msg("run handed off")
+}
+
+// release gives the run back in its record (releaseRun). A release that
+// does not land is counted as a vanished owner by the next claim.
+func (r *run) release(failure string) {
+	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
+	defer cancel()
+	_, err := r.w.states.Upsert(ctx, r.id, func(s *events.RunState, _ bool) error {
+		return releaseRun(s, r.owner, failure)
+	})
+	if err != nil && !isDecision(err) {
+		r.log.Warn().Err(err).Msg("release the run in the state bucket")
+	}
+}
+
+func (r *run) ack() {
+	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
+	defer cancel()
+	if err := r.msg.DoubleAck(ctx); err != nil {
+		r.log.Warn().Err(err).Msg("ack the job")
+	}
+}
+
+// retryLater gives the job back before it was claimed, after a NATS
+// failure: it does not count as a failed attempt. The delay grows with the
+// deliveries, up to 30s.
+func (r *run) retryLater(what string, err error) {
+	r.log.Warn().Err(err).Msg(what + "; the job will be retried")
+	if isMissingResource(err) {
+		r.w.resourcesMissing()
+	}
+	_ = r.msg.NakWithDelay(min(r.w.cfg.RetryDelay*time.Duration(r.owner.attempt), 30*time.Second))
+}
+
+// maxTextLen bounds error and tool texts in events: an event must stay far
+// below NATS's max payload.
+const maxTextLen = 4 << 10
+
+func truncateText(s string) string {
+	if len(s) <= maxTextLen {
+		return s
+	}
+	cut := maxTextLen
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -1,0 +1,283 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// The run lifecycle. Every change a worker makes to a run's state record is
+// one of the transitions below: pure functions over the record, applied with
+// compare-and-set (events.StateStore.Update/Upsert), so that two workers can
+// never both believe they own a run or both end it.
+//
+//	             claimRun                 startCreate        knowResponse
+//	(no record) ─────────► running/owner ─────────────► create started ─────────► response id
+//	     │                    │  ▲ releaseRun (hand-off, retry)                      │
+//	     │                    │  └───────────────────── claimRun ◄──────────────────┘
+//	     │ cancelQueued       │ finishRun (state first, then the terminal event, then the ack)
+//	     ▼                    ▼
+//	 cancelled            completed | failed | cancelled
+//
+// recordCancel may happen at any point before the end. Only workers write
+// the record; clients read it.
+
+// stateSchema is the version of the state record this worker writes and
+// understands. A worker that finds a newer one hands the run back.
+const stateSchema = 1
+
+// Decisions a transition can return. Errors from NATS are never among them,
+// so a caller can tell "the record says no" from "the write did not land".
+var (
+	errFinished      = errors.New("run already finished")
+	errReused        = errors.New("run id already used by a different request")
+	errNewerSchema   = errors.New("state record written by a newer worker")
+	errNotOwner      = errors.New("another worker owns the run")
+	errCreateStarted = errors.New("an upstream create was started before")
+	errOtherResponse = errors.New("the run has another upstream response")
+	errClaimed       = errors.New("a worker has taken the run")
+)
+
+// isDecision reports whether err is a transition's answer rather than a
+// failure to read or write the record.
+func isDecision(err error) bool {
+	for _, d := range []error{errFinished, errReused, errNewerSchema, errNotOwner, errCreateStarted, errOtherResponse, errClaimed} {
+		if errors.Is(err, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// owner identifies one attempt of one worker at a run.
+type owner struct {
+	worker  string
+	attempt int
+}
+
+func (o owner) owns(s *events.RunState) bool {
+	return s.Owner == o.worker && s.Attempt == o.attempt
+}
+
+// claimRun makes o the run's owner. A record that names an owner which never
+// released the run (a worker that vanished, or whose lease ran out) counts
+// as a failed attempt. It refuses a record from a newer worker, a run id
+// used by another request (digest), and a finished run (errFinished: the
+// same request again is a retry, acked without events).
+func claimRun(s *events.RunState, exists bool, o owner, digest string, now time.Time) error {
+	if s.Schema > stateSchema {
+		return fmt.Errorf("%w (schema %d, this worker knows %d)", errNewerSchema, s.Schema, stateSchema)
+	}
+	if exists && s.Digest != digest && (s.Digest != "" || s.Finished()) {
+		return errReused
+	}
+	if s.Finished() {
+		return errFinished
+	}
+	if s.Owner != "" {
+		s.Failures++
+		s.LastError = fmt.Sprintf("worker %s stopped during attempt %d", s.Owner, s.Attempt)
+	}
+	s.Schema = stateSchema
+	s.Digest = digest
+	s.Status = events.StatusRunning
+	s.Owner, s.Attempt = o.worker, o.attempt
+	if s.StartedAt == nil {
+		s.StartedAt = &now
+	}
+	return nil
+}
+
+// budgetSpent reports whether a claimed run has used up its failed
+// attempts: it must end now, with a terminal event.
+func budgetSpent(s events.RunState, maxFailures int) bool {
+	return s.Failures >= maxFailures
+}
+
+// startCreate records, before the create is sent, that a create is being
+// started. A run has at most one upstream response, ever: a record that
+// already has a response id or a create started refuses.
+func startCreate(s *events.RunState, o owner, now time.Time) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	case s.ResponseID != "" || s.CreateStartedAt != nil:
+		return errCreateStarted
+	}
+	s.CreateStartedAt = &now
+	return nil
+}
+
+// createRefused clears the create mark after the service answered the create
+// with an HTTP error: no response exists, so a later attempt may create.
+func createRefused(s *events.RunState, o owner) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	case s.ResponseID != "":
+		return errOtherResponse
+	}
+	s.CreateStartedAt = nil
+	return nil
+}
+
+// knowResponse records the upstream response id. Only the owner may, and
+// only if the record names no other response.
+func knowResponse(s *events.RunState, o owner, id string) error {
+	switch {
+	case s.ResponseID == id:
+		return events.ErrSkipUpdate
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	case s.ResponseID != "":
+		return errOtherResponse
+	}
+	s.ResponseID = id
+	return nil
+}
+
+// recordCancel keeps a cancel on record; the first one stays.
+func recordCancel(s *events.RunState, exists bool, rec events.CancelRecord) error {
+	switch {
+	case !exists:
+		return errClaimed // only a claimed run is cancelled through its record
+	case s.Finished():
+		return errFinished
+	case s.Cancel != nil:
+		return events.ErrSkipUpdate
+	}
+	s.Cancel = &rec
+	return nil
+}
+
+// releaseRun gives the run back to the queue: at shutdown (failure "") or
+// after a failed attempt that will be retried (failure says why).
+func releaseRun(s *events.RunState, o owner, failure string) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	}
+	s.Owner = ""
+	if failure != "" {
+		s.Failures++
+		s.LastError = failure
+	}
+	return nil
+}
+
+// finishRun records the run's end: the terminal event exactly as it will be
+// stored on the events subject. It is written before the event is
+// published, so that the record never says "running" for a run whose
+// terminal event a user can already see; if the publish is lost, the next
+// worker to see the job publishes end from the record. Writing the same end
+// twice is a no-op.
+func finishRun(s *events.RunState, o owner, end events.RunEvent, upstreamStatus string, now time.Time) error {
+	if s.Finished() {
+		if s.End != nil && s.End.Seq == end.Seq && s.End.Type == end.Type && s.Owner == o.worker {
+			return events.ErrSkipUpdate
+		}
+		return errFinished
+	}
+	if !o.owns(s) {
+		return errNotOwner
+	}
+	markEnd(s, end, upstreamStatus, now)
+	return nil
+}
+
+// cancelQueued ends a run that no worker has taken, at a cancel request: it
+// will never reach Foundry. It refuses a run a worker has taken meanwhile
+// (errClaimed: cancel it through its record instead).
+func cancelQueued(s *events.RunState, exists bool, by, digest string, rec events.CancelRecord, end events.RunEvent, now time.Time) error {
+	switch {
+	case s.Schema > stateSchema:
+		return errNewerSchema
+	case s.Finished():
+		return errFinished
+	case exists && s.Status != events.StatusQueued:
+		return errClaimed
+	}
+	s.Schema = stateSchema
+	if s.Digest == "" {
+		s.Digest = digest
+	}
+	s.Owner = by
+	if s.Cancel == nil {
+		s.Cancel = &rec
+	}
+	markEnd(s, end, "", now)
+	return nil
+}
+
+// failCorrupt replaces an unreadable record with one that says how the run
+// ended.
+func failCorrupt(runID string, o owner, end events.RunEvent, now time.Time) events.RunState {
+	s := events.RunState{RunID: runID, Schema: stateSchema, Owner: o.worker, Attempt: o.attempt}
+	markEnd(&s, end, "", now)
+	return s
+}
+
+// auditedUpstream records what Foundry reported about a response after the
+// run ended (a cancelled response that completed after all).
+func auditedUpstream(s *events.RunState, status string) error {
+	if s.UpstreamStatus == status {
+		return events.ErrSkipUpdate
+	}
+	s.UpstreamStatus = status
+	return nil
+}
+
+func markEnd(s *events.RunState, end events.RunEvent, upstreamStatus string, now time.Time) {
+	s.Status = statusOf(end.Type)
+	s.Terminal = end.Type
+	s.End = &end
+	if upstreamStatus != "" {
+		s.UpstreamStatus = upstreamStatus
+	}
+	s.FinishedAt = &now
+}
+
+func statusOf(t events.EventType) events.RunStatus {
+	switch t {
+	case events.TypeRunCompleted:
+		return events.StatusCompleted
+	case events.TypeRunCancelled:
+		return events.StatusCancelled
+	default:
+		return events.StatusFailed
+	}
+}
+
+// cancelAction is what the worker answering a cancel request does.
+type cancelAction int
+
+const (
+	cancelReportFinished cancelAction = iota // already_finished
+	cancelThroughRecord                      // record it; the owner (or the next one) acts
+	cancelBeforeStart                        // no worker has taken it: end it here, or not_found
+	cancelRefuse                             // a newer worker's record: leave it alone
+)
+
+// decideCancel picks the answering worker's action from the run's record.
+func decideCancel(s events.RunState, exists bool) cancelAction {
+	switch {
+	case exists && s.Schema > stateSchema:
+		return cancelRefuse
+	case exists && s.Finished():
+		return cancelReportFinished
+	case exists && s.Status != events.StatusQueued:
+		return cancelThroughRecord
+	default:
+		return cancelBeforeStart
+	}
+}

@@ -1,0 +1,59 @@
+package consumer
+
+import (
+	"errors"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// claim records this worker as the run's owner (claimRun). One attempt: a
+// claim that does not land leaves the job for a later delivery.
+func (r *run) claim(digest string) (events.RunState, error) {
+	st, err := r.w.states.Upsert(r.hard, r.id, func(s *events.RunState, exists bool) error {
+		return claimRun(s, exists, r.owner, digest, time.Now().UTC())
+	})
+	if err == nil {
+		r.setState(st)
+	}
+	return st, err
+}
+
+// persist applies a lifecycle transition to the run's record. A write that
+// does not land (NATS unavailable, the compare-and-set lost too often) is
+// retried until it does or the run is aborted; the transition's own answer
+// (a decision such as errNotOwner, or an unreadable record) is returned at
+// once.
+func (r *run) persist(what string, fn func(*events.RunState, bool) error) (events.RunState, error) {
+	backoff := 50 * time.Millisecond
+	for tries := 0; ; tries++ {
+		st, err := r.w.states.Upsert(r.hard, r.id, fn)
+		switch {
+		case err == nil:
+			r.setState(st)
+			return st, nil
+		case isDecision(err) || errors.Is(err, events.ErrStateCorrupt) || r.hard.Err() != nil:
+			return st, err
+		}
+		if tries%10 == 0 {
+			r.log.Warn().Err(err).Int("tries", tries+1).Msg(what + " in the state bucket; retrying")
+		}
+		if isMissingResource(err) {
+			r.w.resourcesMissing()
+		}
+		sleep(r.hard, backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (r *run) setState(st events.RunState) {
+	r.mu.Lock()
+	r.state = st
+	r.mu.Unlock()
+}
+
+func (r *run) lastState() events.RunState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
