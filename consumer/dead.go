@@ -13,9 +13,9 @@ import (
 	"github.com/foundryq/foundryq/events"
 )
 
-// deadLetterHeadroom is what a dead letter keeps free of its max payload
-// for its subject and headers.
-const deadLetterHeadroom = 16 << 10
+// deadLetterHeadroom is what a dead letter keeps free of the max payload
+// for its headers (the reason is at most maxTextLen).
+const deadLetterHeadroom = maxTextLen + 1<<10
 
 // deadLetter copies a job that can never run to the dead-letter stream with
 // the reason. It retries briefly; a failure is logged, not fatal.

@@ -271,6 +271,17 @@ func (r *run) cancelAbandoned() {
 	}
 }
 
+// cancelUnreachable cancels a response whose id this run could not save:
+// the run is being aborted, so it cannot use its own context.
+func (r *run) cancelUnreachable(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.log.Warn().Str("response_id", id).Msg("the response id could not be saved; cancelling the response")
+	if _, err := r.w.up.Cancel(ctx, id); err != nil {
+		r.log.Warn().Err(err).Str("response_id", id).Msg("cancel the unreachable upstream response")
+	}
+}
+
 // lostOwnership stops a run that another worker owns now, without ack. If
 // the run's record does not name the response this run started, nobody will
 // follow that response: it is cancelled.

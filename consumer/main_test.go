@@ -42,10 +42,20 @@ type envOpt func(*envConfig)
 type envConfig struct {
 	emu  foundrytest.Config
 	prov events.ProvisionConfig
+	nats *natsembed.Config
 }
 
 func withEmulator(c foundrytest.Config) envOpt      { return func(e *envConfig) { e.emu = c } }
 func withProvision(p events.ProvisionConfig) envOpt { return func(e *envConfig) { e.prov = p } }
+
+// withNATS runs the test's NATS server on a loopback TCP port with c, so
+// that it can be stopped and restarted (natsembed.Server.Stop, Restart);
+// every connection of the test reconnects.
+func withNATS(c natsembed.Config) envOpt { return func(e *envConfig) { e.nats = &c } }
+
+// reconnecting are the options of every connection in a test whose server
+// may go away for a while.
+var reconnecting = []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond), nats.ReconnectJitter(0, 0)}
 
 func setup(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
@@ -56,7 +66,23 @@ func setup(t *testing.T, opts ...envOpt) *env {
 	if cfg.emu.APIKey == "" {
 		cfg.emu.APIKey = "test-key"
 	}
-	ns, nc := natsembed.RunTest(t)
+	var ns *natsembed.Server
+	var nc *nats.Conn
+	if cfg.nats == nil {
+		ns, nc = natsembed.RunTest(t)
+	} else {
+		ncfg := *cfg.nats
+		ncfg.StoreDir = t.TempDir()
+		var err error
+		if ns, err = natsembed.Start(ncfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ns.Shutdown)
+		if nc, err = ns.Connect(reconnecting...); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+	}
 	emu := foundrytest.NewServer(cfg.emu)
 	t.Cleanup(emu.Close)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -102,14 +128,14 @@ type worker struct {
 // (or stopWorker).
 func (e *env) startWorker(cfg consumer.Config) *worker {
 	e.t.Helper()
-	nc, err := e.ns.Connect()
+	nc, err := e.ns.Connect(reconnecting...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if cfg.Provision == (events.ProvisionConfig{}) {
 		cfg.Provision = e.prov
 	}
-	pub, err := e.ns.Connect()
+	pub, err := e.ns.Connect(reconnecting...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

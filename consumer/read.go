@@ -174,6 +174,11 @@ func (r *run) saveResponseID(id string, seq int64) (outcome, bool) {
 	if _, err := r.persist("save the response id", func(s *events.RunState, _ bool) error {
 		return knowResponse(s, r.owner, id)
 	}); err != nil {
+		if !isDecision(err) {
+			// The run was aborted before the id could be saved anywhere: no
+			// worker will ever find this response, so it must not run on.
+			r.cancelUnreachable(id)
+		}
 		return r.stateOutcome(err), false
 	}
 	r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, seq)

@@ -16,12 +16,17 @@ import (
 	"github.com/foundryq/foundryq/events"
 )
 
-// maxEventText bounds the text of one text.delta event, in bytes. Merged
-// deltas and a finished response's remaining text are split at it, so that
-// an event stays far below NATS's max payload (1 MiB by default) even when
-// JSON escaping multiplies its size: a stream that ran on during an outage
-// must not produce an event the server refuses.
+// maxEventText bounds the text of one text.delta event, in bytes: 32 KiB,
+// or an eighth of the server's max payload if that is smaller. Merged deltas
+// and a finished response's remaining text are split at it, so that an
+// event stays far below the max payload even when JSON escaping multiplies
+// its size: a stream that ran on during an outage must not produce an event
+// the server refuses.
 const maxEventText = 32 << 10
+
+func eventTextLimit(maxPayload int64) int {
+	return int(max(min(maxEventText, maxPayload/8), 512))
+}
 
 // errPublishRefused wraps a publish error that a retry cannot fix (the
 // message is too large for the server).
@@ -50,6 +55,7 @@ type relay struct {
 	// onMissing is called when no stream answers a publish (the events
 	// stream was deleted); the publish is retried.
 	onMissing func()
+	maxText   int // eventTextLimit
 
 	mu       sync.Mutex
 	pending  []pendingEvent
@@ -88,6 +94,7 @@ func (w *Worker) newRelay(runID string, last position, interval time.Duration, l
 		metrics:   w.m,
 		log:       log,
 		onMissing: w.resourcesMissing,
+		maxText:   w.maxText,
 		wake:      make(chan struct{}, 1),
 		last:      last,
 	}
@@ -95,7 +102,7 @@ func (w *Worker) newRelay(runID string, last position, interval time.Duration, l
 
 // add queues an event. upstreamSeq is the Foundry sequence number the event
 // came from (-1 if none); a merged delta carries the newest one. Text is
-// merged into the queued delta up to maxEventText and split beyond it; only
+// merged into the queued delta up to maxText and split beyond it; only
 // the part that ends an upstream delta carries its sequence number, so that
 // a new owner never skips text that was not stored.
 func (r *relay) add(ev events.RunEvent, upstreamSeq int64) {
@@ -115,18 +122,18 @@ func (r *relay) add(ev events.RunEvent, upstreamSeq int64) {
 	}
 }
 
-// addText merges text into the queued delta, splitting at maxEventText.
+// addText merges text into the queued delta, splitting at maxText.
 // Called with mu held.
 func (r *relay) addText(text string, upstreamSeq int64) {
 	for {
 		var tail *pendingEvent
-		if n := len(r.pending); n > 0 && r.pending[n-1].ev.Type == events.TypeTextDelta && len(r.pending[n-1].ev.Text) < maxEventText {
+		if n := len(r.pending); n > 0 && r.pending[n-1].ev.Type == events.TypeTextDelta && len(r.pending[n-1].ev.Text) < r.maxText {
 			tail = &r.pending[n-1]
 		} else {
 			r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, upstreamSeq: -1})
 			tail = &r.pending[len(r.pending)-1]
 		}
-		room := maxEventText - len(tail.ev.Text)
+		room := r.maxText - len(tail.ev.Text)
 		if len(text) <= room {
 			if tail.ev.Text != "" {
 				r.metrics.deltasCoalesced.Inc()

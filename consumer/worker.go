@@ -49,6 +49,7 @@ type Worker struct {
 	states  *events.StateStore
 	ackWait time.Duration
 	conn    *connWatch
+	maxText int // text bytes per event (eventTextLimit)
 
 	// reprovisioning recreates streams, consumer or bucket deleted under
 	// a running worker; at most one at a time.
@@ -133,6 +134,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.pub, err = jetstream.New(pubConn); err != nil {
 		return fmt.Errorf("consumer: jetstream: %w", err)
 	}
+	w.maxText = eventTextLimit(pubConn.MaxPayload())
 	w.ackWait = res.Consumer.CachedInfo().Config.AckWait
 
 	connStop := make(chan struct{})

@@ -114,6 +114,8 @@ func (c ProvisionConfig) check() error {
 		return fmt.Errorf("events: provision: MaxAckPending %d must be -1 (unlimited) or positive", c.MaxAckPending)
 	case c.StateTTL < time.Second:
 		return fmt.Errorf("events: provision: StateTTL %s must be at least 1s", c.StateTTL)
+	case c.StateTTL < c.EventsMaxAge:
+		return fmt.Errorf("events: provision: StateTTL %s must be at least EventsMaxAge %s (a used run id must be recognised as long as its events exist)", c.StateTTL, c.EventsMaxAge)
 	case c.DeadMaxAge < time.Second:
 		return fmt.Errorf("events: provision: DeadMaxAge %s must be at least 1s", c.DeadMaxAge)
 	}

@@ -120,6 +120,7 @@ func TestProvisionConfigValidation(t *testing.T) {
 		{"MaxDeliver", events.ProvisionConfig{MaxDeliver: -1}},
 		{"MaxAckPending", events.ProvisionConfig{MaxAckPending: -5}},
 		{"StateTTL", events.ProvisionConfig{StateTTL: -time.Hour}},
+		{"StateTTL", events.ProvisionConfig{StateTTL: time.Hour, EventsMaxAge: 2 * time.Hour}},
 		{"DeadMaxAge", events.ProvisionConfig{DeadMaxAge: -time.Hour}},
 	}
 	for _, tt := range tests {

@@ -48,7 +48,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown")
 	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the attempt)")
 	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes")
-	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "deliveries of a job before it is given up")
+	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "failed attempts a run may use before it ends run.failed (hand-offs and lease renewals do not count)")
 	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept")
 	w.stateTTL = f.Duration("state-ttl", "FOUNDRYQ_STATE_TTL", 7*24*time.Hour, "how long run state records are kept")
 	w.replicas = f.Int("replicas", "FOUNDRYQ_REPLICAS", 1, "JetStream replicas for streams and bucket")

@@ -9,6 +9,7 @@ package natsembed
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -40,6 +41,9 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Debug enables the server's debug lines on Logger. Default off.
 	Debug bool
+	// MaxPayload is the largest message the server accepts, in bytes.
+	// Default 0: the server's default (1 MiB).
+	MaxPayload int32
 }
 
 func (c Config) withDefaults() Config {
@@ -71,7 +75,10 @@ func (c Config) validate() error {
 // Server is a running embedded nats-server.
 type Server struct {
 	srv       *server.Server
+	opts      *server.Options // what srv was started with, for Restart
+	cfg       Config
 	inProcess bool
+	port      int // the TCP port it listens on
 	storeDir  string
 	tempDir   string // removed by Shutdown when set
 }
@@ -83,7 +90,7 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{inProcess: cfg.InProcess}
+	s := &Server{inProcess: cfg.InProcess, cfg: cfg}
 	storeDir := cfg.StoreDir
 	if storeDir == "" {
 		dir, err := os.MkdirTemp("", "foundryq-nats-*")
@@ -103,26 +110,53 @@ func Start(cfg Config) (*Server, error) {
 		NoSigs:     true,
 		NoLog:      cfg.Logger == nil,
 		Debug:      cfg.Debug,
+		MaxPayload: cfg.MaxPayload,
 	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		s.cleanup()
-		return nil, fmt.Errorf("natsembed: new server: %w", err)
-	}
-	s.srv = srv
-	if cfg.Logger != nil {
-		srv.SetLoggerV2(zerologAdapter{l: cfg.Logger.With().Str("component", "nats-server").Logger()}, cfg.Debug, false, false)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(cfg.ReadyTimeout) {
+	if err := s.start(opts); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("natsembed: server not ready after %s (port %d in use?)", cfg.ReadyTimeout, cfg.Port)
-	}
-	if !srv.JetStreamEnabled() {
-		s.Shutdown()
-		return nil, errors.New("natsembed: JetStream did not start (store dir " + storeDir + ")")
+		return nil, err
 	}
 	return s, nil
+}
+
+func (s *Server) start(opts *server.Options) error {
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("natsembed: new server: %w", err)
+	}
+	s.srv, s.opts = srv, opts
+	if s.cfg.Logger != nil {
+		srv.SetLoggerV2(zerologAdapter{l: s.cfg.Logger.With().Str("component", "nats-server").Logger()}, s.cfg.Debug, false, false)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(s.cfg.ReadyTimeout) {
+		return fmt.Errorf("natsembed: server not ready after %s (port %d in use?)", s.cfg.ReadyTimeout, opts.Port)
+	}
+	if !srv.JetStreamEnabled() {
+		return errors.New("natsembed: JetStream did not start (store dir " + s.storeDir + ")")
+	}
+	if addr, ok := srv.Addr().(*net.TCPAddr); ok {
+		s.port = addr.Port
+	}
+	return nil
+}
+
+// Stop stops the server as an outage would, keeping its store: clients
+// see the connection drop and reconnect after Restart.
+func (s *Server) Stop() {
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+}
+
+// Restart starts a stopped server again on the same port with the same
+// store, as after an outage. Only for servers with a TCP listener.
+func (s *Server) Restart() error {
+	if s.inProcess {
+		return errors.New("natsembed: Restart needs a TCP listener")
+	}
+	opts := s.opts.Clone()
+	opts.Port = s.port // a random port stays the same across the restart
+	return s.start(opts)
 }
 
 // ClientURL returns the nats:// URL clients connect to, or "" for an

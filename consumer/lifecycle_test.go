@@ -1,0 +1,307 @@
+package consumer
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+var (
+	t0   = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	me   = owner{worker: "w1", attempt: 3}
+	rec  = events.CancelRecord{Reason: events.ReasonRequested, Note: "stop", At: t0}
+	done = events.RunEvent{RunID: "r", Seq: 7, Type: events.TypeRunCompleted, Time: t0, Status: "completed"}
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// running is a record that me owns.
+func running() events.RunState {
+	return events.RunState{RunID: "r", Schema: stateSchema, Status: events.StatusRunning, Digest: "d", Owner: "w1", Attempt: 3, StartedAt: ptr(t0)}
+}
+
+func finished(t events.EventType) events.RunState {
+	s := running()
+	markEnd(&s, events.RunEvent{Seq: 2, Type: t}, "", t0)
+	return s
+}
+
+func TestClaimRun(t *testing.T) {
+	later := t0.Add(time.Minute)
+	tests := []struct {
+		name   string
+		state  events.RunState
+		exists bool
+		digest string
+		err    error
+		check  func(t *testing.T, s events.RunState)
+	}{
+		{name: "new run", state: events.RunState{RunID: "r"}, digest: "d", check: func(t *testing.T, s events.RunState) {
+			if s.Status != events.StatusRunning || s.Owner != "w1" || s.Attempt != 3 || s.Digest != "d" || s.Schema != stateSchema ||
+				s.StartedAt == nil || !s.StartedAt.Equal(later) || s.Failures != 0 {
+				t.Fatalf("%+v", s)
+			}
+		}},
+		{name: "released by a hand-off: not a failure", exists: true, digest: "d",
+			state: events.RunState{RunID: "r", Status: events.StatusRunning, Digest: "d", Attempt: 2, StartedAt: ptr(t0), Failures: 1},
+			check: func(t *testing.T, s events.RunState) {
+				if s.Failures != 1 || !s.StartedAt.Equal(t0) {
+					t.Fatalf("failures %d, started %v: a hand-off counted, or the start moved", s.Failures, s.StartedAt)
+				}
+			}},
+		{name: "owner vanished: a failure", exists: true, digest: "d",
+			state: events.RunState{RunID: "r", Status: events.StatusRunning, Digest: "d", Owner: "w0", Attempt: 2},
+			check: func(t *testing.T, s events.RunState) {
+				if s.Failures != 1 || s.LastError == "" || s.Owner != "w1" {
+					t.Fatalf("%+v", s)
+				}
+			}},
+		{name: "cancel on record is kept", exists: true, digest: "d",
+			state: events.RunState{RunID: "r", Status: events.StatusQueued, Cancel: &rec},
+			check: func(t *testing.T, s events.RunState) {
+				if s.Cancel == nil || s.Digest != "d" {
+					t.Fatalf("%+v", s)
+				}
+			}},
+		{name: "same request, finished", exists: true, digest: "d", state: finished(events.TypeRunCompleted), err: errFinished},
+		{name: "other request, finished", exists: true, digest: "x", state: finished(events.TypeRunCompleted), err: errReused},
+		{name: "other request, running", exists: true, digest: "x", state: running(), err: errReused},
+		{name: "finished record without digest", exists: true, digest: "d",
+			state: events.RunState{RunID: "r", Status: events.StatusCompleted}, err: errReused},
+		{name: "running record without digest adopts the request", exists: true, digest: "d",
+			state: events.RunState{RunID: "r", Status: events.StatusRunning, Owner: "w0"},
+			check: func(t *testing.T, s events.RunState) {
+				if s.Digest != "d" {
+					t.Fatalf("%+v", s)
+				}
+			}},
+		{name: "newer schema", exists: true, digest: "d", state: events.RunState{RunID: "r", Schema: stateSchema + 1, Status: events.StatusRunning}, err: errNewerSchema},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.state
+			err := claimRun(&s, tt.exists, me, tt.digest, later)
+			if !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if tt.err != nil && !isDecision(err) {
+				t.Fatalf("%v is not a decision", err)
+			}
+			if tt.check != nil {
+				tt.check(t, s)
+			}
+		})
+	}
+}
+
+func TestBudgetSpent(t *testing.T) {
+	for _, tt := range []struct{ failures, max int }{{0, 1}, {1, 1}, {9, 10}, {10, 10}} {
+		got := budgetSpent(events.RunState{Failures: tt.failures}, tt.max)
+		if got != (tt.failures >= tt.max) {
+			t.Errorf("failures %d of %d: spent = %v", tt.failures, tt.max, got)
+		}
+	}
+}
+
+func TestCreateTransitions(t *testing.T) {
+	t.Run("start create once", func(t *testing.T) {
+		s := running()
+		if err := startCreate(&s, me, t0); err != nil || s.CreateStartedAt == nil {
+			t.Fatalf("%v %+v", err, s)
+		}
+		if err := startCreate(&s, me, t0); !errors.Is(err, errCreateStarted) {
+			t.Fatalf("second start: %v, want errCreateStarted", err)
+		}
+		if err := createRefused(&s, me); err != nil || s.CreateStartedAt != nil {
+			t.Fatalf("refused: %v %+v", err, s)
+		}
+		if err := startCreate(&s, me, t0); err != nil {
+			t.Fatalf("start after a refused create: %v", err)
+		}
+	})
+	tests := []struct {
+		name  string
+		state events.RunState
+		o     owner
+		err   error
+	}{
+		{"not the owner", running(), owner{"w2", 3}, errNotOwner},
+		{"an older attempt", running(), owner{"w1", 2}, errNotOwner},
+		{"response exists", func() events.RunState { s := running(); s.ResponseID = "resp"; return s }(), me, errCreateStarted},
+		{"finished", finished(events.TypeRunCancelled), me, errFinished},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.state
+			if err := startCreate(&s, tt.o, t0); !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if s.CreateStartedAt != tt.state.CreateStartedAt {
+				t.Fatal("a refused transition changed the record")
+			}
+		})
+	}
+}
+
+func TestKnowResponse(t *testing.T) {
+	tests := []struct {
+		name  string
+		state events.RunState
+		o     owner
+		id    string
+		err   error
+	}{
+		{"first id", running(), me, "resp_1", nil},
+		{"same id again", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), me, "resp_1", events.ErrSkipUpdate},
+		{"same id, even from a zombie", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), owner{"w9", 1}, "resp_1", events.ErrSkipUpdate},
+		{"another id", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), me, "resp_2", errOtherResponse},
+		{"not the owner", running(), owner{"w2", 4}, "resp_1", errNotOwner},
+		{"finished", finished(events.TypeRunFailed), me, "resp_1", errFinished},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.state
+			err := knowResponse(&s, tt.o, tt.id)
+			if !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if err == nil && s.ResponseID != tt.id {
+				t.Fatalf("response id %q", s.ResponseID)
+			}
+		})
+	}
+}
+
+func TestRecordCancel(t *testing.T) {
+	s := running()
+	if err := recordCancel(&s, true, rec); err != nil || s.Cancel == nil || s.Cancel.Note != "stop" {
+		t.Fatalf("%v %+v", err, s.Cancel)
+	}
+	second := events.CancelRecord{Reason: events.ReasonTimeout, At: t0}
+	if err := recordCancel(&s, true, second); !errors.Is(err, events.ErrSkipUpdate) || s.Cancel.Reason != events.ReasonRequested {
+		t.Fatalf("second cancel: %v %+v; the first must stay", err, s.Cancel)
+	}
+	f := finished(events.TypeRunCompleted)
+	if err := recordCancel(&f, true, rec); !errors.Is(err, errFinished) {
+		t.Fatalf("finished: %v", err)
+	}
+	var none events.RunState
+	if err := recordCancel(&none, false, rec); !errors.Is(err, errClaimed) {
+		t.Fatalf("no record: %v", err)
+	}
+}
+
+func TestReleaseRun(t *testing.T) {
+	s := running()
+	if err := releaseRun(&s, me, ""); err != nil || s.Owner != "" || s.Failures != 0 {
+		t.Fatalf("hand-off: %v %+v", err, s)
+	}
+	s = running()
+	if err := releaseRun(&s, me, "server_error"); err != nil || s.Owner != "" || s.Failures != 1 || s.LastError != "server_error" {
+		t.Fatalf("failed attempt: %v %+v", err, s)
+	}
+	s = running()
+	if err := releaseRun(&s, owner{"w2", 3}, "x"); !errors.Is(err, errNotOwner) || s.Owner != "w1" {
+		t.Fatalf("zombie release: %v %+v", err, s)
+	}
+}
+
+func TestFinishRun(t *testing.T) {
+	s := running()
+	if err := finishRun(&s, me, done, "completed", t0); err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != events.StatusCompleted || s.Terminal != events.TypeRunCompleted || s.End == nil || s.End.Seq != 7 ||
+		s.UpstreamStatus != "completed" || s.FinishedAt == nil {
+		t.Fatalf("%+v", s)
+	}
+	if err := finishRun(&s, me, done, "completed", t0); !errors.Is(err, events.ErrSkipUpdate) {
+		t.Fatalf("the same end again: %v, want a no-op", err)
+	}
+	other := done
+	other.Type, other.Seq = events.TypeRunCancelled, 8
+	if err := finishRun(&s, me, other, "", t0); !errors.Is(err, errFinished) {
+		t.Fatalf("another end: %v", err)
+	}
+	z := running()
+	if err := finishRun(&z, owner{"w2", 9}, done, "", t0); !errors.Is(err, errNotOwner) || z.Finished() {
+		t.Fatalf("zombie finish: %v %+v", err, z)
+	}
+	for status, want := range map[events.EventType]events.RunStatus{
+		events.TypeRunCompleted: events.StatusCompleted, events.TypeRunFailed: events.StatusFailed, events.TypeRunCancelled: events.StatusCancelled,
+	} {
+		s := running()
+		_ = finishRun(&s, me, events.RunEvent{Seq: 1, Type: status}, "", t0)
+		if s.Status != want {
+			t.Errorf("%s: status %s", status, s.Status)
+		}
+	}
+}
+
+func TestCancelQueued(t *testing.T) {
+	end := events.RunEvent{RunID: "r", Seq: 1, Type: events.TypeRunCancelled, Time: t0, Reason: events.ReasonRequested, Usage: &events.Usage{}}
+	var s events.RunState
+	if err := cancelQueued(&s, false, "w5", "d", rec, end, t0); err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != events.StatusCancelled || s.End == nil || s.Cancel == nil || s.Digest != "d" || s.Owner != "w5" || s.Schema != stateSchema {
+		t.Fatalf("%+v", s)
+	}
+	legacy := events.RunState{RunID: "r", Status: events.StatusQueued, Cancel: &events.CancelRecord{Reason: events.ReasonRequested, Note: "first"}}
+	if err := cancelQueued(&legacy, true, "w5", "d", rec, end, t0); err != nil || legacy.Cancel.Note != "first" {
+		t.Fatalf("queued record: %v %+v", err, legacy.Cancel)
+	}
+	r := running()
+	if err := cancelQueued(&r, true, "w5", "d", rec, end, t0); !errors.Is(err, errClaimed) || r.Finished() {
+		t.Fatalf("taken meanwhile: %v", err)
+	}
+	f := finished(events.TypeRunCompleted)
+	if err := cancelQueued(&f, true, "w5", "d", rec, end, t0); !errors.Is(err, errFinished) {
+		t.Fatalf("finished: %v", err)
+	}
+}
+
+func TestDecideCancel(t *testing.T) {
+	queued := events.RunState{RunID: "r", Status: events.StatusQueued}
+	released := running()
+	released.Owner = ""
+	newer := running()
+	newer.Schema = stateSchema + 1
+	tests := []struct {
+		name   string
+		state  events.RunState
+		exists bool
+		want   cancelAction
+	}{
+		{"no record", events.RunState{RunID: "r"}, false, cancelBeforeStart},
+		{"queued record (written by an old client)", queued, true, cancelBeforeStart},
+		{"running", running(), true, cancelThroughRecord},
+		{"released, waiting for a worker", released, true, cancelThroughRecord},
+		{"finished", finished(events.TypeRunFailed), true, cancelReportFinished},
+		{"newer schema", newer, true, cancelRefuse},
+	}
+	for _, tt := range tests {
+		if got := decideCancel(tt.state, tt.exists); got != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestFinishedReply(t *testing.T) {
+	before := finished(events.TypeRunCancelled)
+	if r := finishedReply(before); r.Result != events.CancelCancelled {
+		t.Errorf("cancelled before start: %+v", r)
+	}
+	after := finished(events.TypeRunCancelled)
+	after.ResponseID = "resp"
+	if r := finishedReply(after); r.Result != events.CancelAlreadyFinished || r.Terminal != events.TypeRunCancelled {
+		t.Errorf("cancelled after start: %+v", r)
+	}
+	lost := finished(events.TypeRunCancelled)
+	lost.CreateStartedAt = ptr(t0)
+	if r := finishedReply(lost); r.Result != events.CancelAlreadyFinished {
+		t.Errorf("cancelled with the create's outcome unknown: %+v", r)
+	}
+}
