@@ -10,7 +10,8 @@
 // go to {base}/responses... With Config.APIKey the key is sent in the "api-key"
 // header. Without one, an Entra ID token from Config.Credential (default
 // azidentity.NewDefaultAzureCredential) is sent as "Authorization: Bearer", for
-// the scope https://ai.azure.com/.default on project endpoints and
+// the scope https://ai.azure.com/.default on project endpoints (a path
+// .../api/projects/PROJECT/openai/v1) and
 // https://cognitiveservices.azure.com/.default otherwise (Config.Scope
 // overrides). Tokens are cached and renewed five minutes before they expire.
 //

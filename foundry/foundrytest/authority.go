@@ -91,7 +91,8 @@ func (a *Authority) PublicKey() *rsa.PublicKey { return &a.key.PublicKey }
 // TokensIssued counts the tokens minted by the token endpoint.
 func (a *Authority) TokensIssued() int64 { return a.issued.Load() }
 
-// Scopes returns the scopes requested so far, in order.
+// Scopes returns the resource scopes (".../.default") tokens were asked for,
+// in order.
 func (a *Authority) Scopes() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -179,7 +180,7 @@ func (a *Authority) handleToken(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.mu.Lock()
-	a.scopes = append(a.scopes, scope)
+	a.scopes = append(a.scopes, aud+"/.default") // MSAL adds openid, profile, offline_access
 	a.mu.Unlock()
 	a.issued.Add(1)
 	secs := int64(a.cfg.TokenLifetime / time.Second)
