@@ -69,10 +69,14 @@ func TestServiceAgentRefusals(t *testing.T) {
 		return r
 	}
 	for name, mod := range map[string]func(*foundry.CreateRequest){
-		"tools":        func(r *foundry.CreateRequest) { r.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","name":"f"}`)} },
+		"tools": func(r *foundry.CreateRequest) {
+			r.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","name":"f"}`)}
+		},
 		"instructions": func(r *foundry.CreateRequest) { r.Instructions = "be brief" },
 		"text":         func(r *foundry.CreateRequest) { r.Options = map[string]json.RawMessage{"text": json.RawMessage(`{}`)} },
-		"reasoning":    func(r *foundry.CreateRequest) { r.Options = map[string]json.RawMessage{"reasoning": json.RawMessage(`{}`)} },
+		"reasoning": func(r *foundry.CreateRequest) {
+			r.Options = map[string]json.RawMessage{"reasoning": json.RawMessage(`{}`)}
+		},
 	} {
 		_, err := c.Create(ctx, agent(mod))
 		e := apiError(t, err)
@@ -275,7 +279,7 @@ func TestServiceKeepalivesBeforeCreated(t *testing.T) {
 // clock is a settable clock for the emulator.
 type clock struct{ offset atomic.Int64 }
 
-func (c *clock) now() time.Time            { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // Item 6: right after a streamed create, GET, resume and cancel can answer
