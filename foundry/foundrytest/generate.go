@@ -87,6 +87,11 @@ func (g *generator) generate() {
 	g.message(index)
 }
 
+// maxKeepalives bounds the keepalive events of one response (a tiny
+// emu_keepalive_ms with a long emu_created_ms must not grow the log without
+// bound).
+const maxKeepalives = 1000
+
 // createdWait holds back response.created for emu_created_ms, sending a
 // keepalive event every keepalive interval meanwhile (the headers went out
 // at once): under load the service sends {"type":"keepalive"} frames about
@@ -95,8 +100,11 @@ func (g *generator) generate() {
 func (g *generator) createdWait() bool {
 	r := g.r
 	left := r.sc.createdDelay
-	for left > 0 {
+	for sent := 0; left > 0; sent++ {
 		step := min(left, r.sc.keepalive)
+		if sent >= maxKeepalives {
+			step = left // bounded: the rest of the wait is silent
+		}
 		if !g.wait(step) {
 			return false
 		}
