@@ -26,6 +26,14 @@ var (
 	ErrBadCancelOnDisconnect = errors.New("bad cancel_on_disconnect_seconds")
 	ErrBadOptions            = errors.New("bad options")
 	ErrBadCancelReason       = errors.New("bad cancel reason")
+	// ErrAgentConflict: a request for a Foundry agent also sets a field the
+	// agent definition owns (instructions, tools, options.text, ...), which
+	// Foundry refuses with 400 invalid_payload "Not allowed when agent is
+	// specified.".
+	ErrAgentConflict = errors.New("field not allowed with an agent")
+	// ErrMCPApproval: an MCP tool whose require_approval is not "never". Foundry
+	// would stop the run at an mcp_approval_request that foundryq cannot answer.
+	ErrMCPApproval = errors.New("mcp tool needs require_approval \"never\"")
 )
 
 // ValidationError says which field of a request is wrong and why. Err is

@@ -308,6 +308,11 @@ func (r RunRequest) Validate() error {
 	if err := validateInput(r.Input); err != nil {
 		return err
 	}
+	if r.Agent != nil {
+		if err := r.validateAgentFields(); err != nil {
+			return err
+		}
+	}
 	for i, t := range r.Tools {
 		if err := validateTool(i, t); err != nil {
 			return err
@@ -384,13 +389,68 @@ func validateInput(in json.RawMessage) error {
 	return invalid("input", ErrBadInput, "must be a string or an array of input items, got %s", jsonKind(trimmed))
 }
 
+// AgentRefusedOptions are the options Foundry refuses next to an agent
+// reference: the agent definition owns them. Foundry answers 400
+// invalid_payload "Not allowed when agent is specified." naming the field
+// (microsoft/agent-framework issues #5130 for tools and #2573 for
+// temperature and top_p; the same answer is reported for instructions, text
+// and reasoning).
+var AgentRefusedOptions = []string{"reasoning", "temperature", "text", "top_p"}
+
+// agentConflictReason is the end of every ErrAgentConflict message.
+const agentConflictReason = "the agent definition sets it, and Foundry refuses a request that names an agent and sets it too " +
+	`(400 invalid_payload "Not allowed when agent is specified."); change it on the agent, or run a model instead`
+
+// validateAgentFields refuses the fields a Foundry agent run may not set.
+func (r RunRequest) validateAgentFields() error {
+	if r.Instructions != "" {
+		return invalid("instructions", ErrAgentConflict, "not allowed with agent: %s", agentConflictReason)
+	}
+	if len(r.Tools) > 0 {
+		return invalid("tools", ErrAgentConflict, "not allowed with agent: %s", agentConflictReason)
+	}
+	for _, k := range AgentRefusedOptions {
+		if _, ok := r.Options[k]; ok {
+			return invalid("options."+k, ErrAgentConflict, "not allowed with agent: %s", agentConflictReason)
+		}
+	}
+	return nil
+}
+
+// mcpApprovalReason explains ErrMCPApproval.
+const mcpApprovalReason = `set "require_approval":"never": without it Foundry asks for approval before each MCP call ` +
+	`(the default is "always"), the response ends with an mcp_approval_request instead of the call, ` +
+	`and foundryq cannot answer an approval request`
+
+// validateMCPApproval accepts an MCP tool only when require_approval is the
+// string "never".
+func validateMCPApproval(field string, raw json.RawMessage) error {
+	field += ".require_approval"
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return invalid(field, ErrMCPApproval, "required: %s", mcpApprovalReason)
+	}
+	var s string
+	if raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		if s == "never" {
+			return nil
+		}
+		return invalid(field, ErrMCPApproval, "%q is not supported: only \"never\" is: %s", truncate(s), mcpApprovalReason)
+	}
+	if raw[0] == '{' {
+		return invalid(field, ErrMCPApproval, "approval filters (an object) are not supported, only the string \"never\": %s", mcpApprovalReason)
+	}
+	return invalid(field, ErrMCPApproval, "%s is not supported, only the string \"never\": %s", jsonKind(raw), mcpApprovalReason)
+}
+
 func validateTool(i int, t json.RawMessage) error {
 	field := fmt.Sprintf("tools[%d]", i)
 	if !isObject(t) {
 		return invalid(field, ErrBadTools, "each tool must be a JSON object, got %s", jsonKind(bytes.TrimSpace(t)))
 	}
 	var head struct {
-		Type json.RawMessage `json:"type"`
+		Type            json.RawMessage `json:"type"`
+		RequireApproval json.RawMessage `json:"require_approval"`
 	}
 	if err := json.Unmarshal(t, &head); err != nil {
 		return invalid(field, ErrBadTools, "not a valid JSON object")
@@ -398,6 +458,9 @@ func validateTool(i int, t json.RawMessage) error {
 	var typ string
 	if len(head.Type) == 0 || json.Unmarshal(head.Type, &typ) != nil || strings.TrimSpace(typ) == "" {
 		return invalid(field+".type", ErrBadTools, "required: a non-empty string such as \"mcp\"")
+	}
+	if typ == "mcp" {
+		return validateMCPApproval(field, head.RequireApproval)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func TestDecodeRunRequest(t *testing.T) {
 		{"minimal model", `{"run_id":"r1","model":"gpt","input":"hi"}`, nil, ""},
 		{"agent with version", `{"run_id":"r1","agent":{"name":"helper","version":"3"},"input":"hi"}`, nil, ""},
 		{"full", `{"run_id":"r-1_x","model":"gpt","input":[{"role":"user","content":"hi"}],"instructions":"be brief",
-			"tools":[{"type":"mcp","server_label":"x","server_url":"https://x"}],"metadata":{"team":"a"},
+			"tools":[{"type":"mcp","server_label":"x","server_url":"https://x","require_approval":"never"}],"metadata":{"team":"a"},
 			"max_output_tokens":16,"timeout_seconds":86400,"cancel_on_disconnect_seconds":30,
 			"options":{"temperature":0.2,"reasoning":{"effort":"low"},"previous_response_id":"resp_1"}}`, nil, ""},
 		{"15 metadata keys", `{"run_id":"r1","model":"m","input":"x","metadata":` + meta(15) + `}`, nil, ""},
@@ -68,7 +68,7 @@ func TestDecodeRunRequest(t *testing.T) {
 
 		{"tools not array", `{"run_id":"r1","model":"m","input":"x","tools":{"type":"mcp"}}`, events.ErrBadTools, "tools"},
 		{"tool not object", `{"run_id":"r1","model":"m","input":"x","tools":["mcp"]}`, events.ErrBadTools, "tools[0]"},
-		{"tool without type", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp"},{"name":"f"}]}`, events.ErrBadTools, "tools[1].type"},
+		{"tool without type", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"function","name":"g"},{"name":"f"}]}`, events.ErrBadTools, "tools[1].type"},
 		{"tool type not string", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":1}]}`, events.ErrBadTools, "tools[0].type"},
 
 		{"16 metadata keys", `{"run_id":"r1","model":"m","input":"x","metadata":` + meta(16) + `}`, events.ErrBadMetadata, "metadata"},
@@ -91,6 +91,27 @@ func TestDecodeRunRequest(t *testing.T) {
 		{"options model", `{"run_id":"r1","model":"m","input":"x","options":{"model":"other"}}`, events.ErrBadOptions, "options.model"},
 		{"options agent_reference", `{"run_id":"r1","model":"m","input":"x","options":{"agent_reference":{}}}`, events.ErrBadOptions, "options.agent_reference"},
 		{"options empty key", `{"run_id":"r1","model":"m","input":"x","options":{"":1}}`, events.ErrBadOptions, "options"},
+
+		// A Foundry agent brings its own instructions, tools and model settings:
+		// Foundry refuses them with 400 invalid_payload "Not allowed when agent is specified."
+		{"agent with metadata and options", `{"run_id":"r1","agent":{"name":"a"},"input":"x","metadata":{"k":"v"},"max_output_tokens":64,"options":{"previous_response_id":"resp_1"}}`, nil, ""},
+		{"agent with instructions", `{"run_id":"r1","agent":{"name":"a"},"input":"x","instructions":"be brief"}`, events.ErrAgentConflict, "instructions"},
+		{"agent with tools", `{"run_id":"r1","agent":{"name":"a"},"input":"x","tools":[{"type":"mcp","server_label":"x","server_url":"https://x","require_approval":"never"}]}`, events.ErrAgentConflict, "tools"},
+		{"agent with options.text", `{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"text":{"format":{"type":"text"}}}}`, events.ErrAgentConflict, "options.text"},
+		{"agent with options.reasoning", `{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"reasoning":{"effort":"low"}}}`, events.ErrAgentConflict, "options.reasoning"},
+		{"agent with options.temperature", `{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"temperature":0.1}}`, events.ErrAgentConflict, "options.temperature"},
+		{"agent with options.top_p", `{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"top_p":0.5}}`, events.ErrAgentConflict, "options.top_p"},
+		{"model with options.text and reasoning", `{"run_id":"r1","model":"m","input":"x","instructions":"i","options":{"text":{"format":{"type":"text"}},"reasoning":{"effort":"low"}}}`, nil, ""},
+
+		// MCP calls need approval unless require_approval is "never": the run would
+		// stop at an mcp_approval_request that foundryq cannot answer.
+		{"mcp never", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"function","name":"f"},{"type":"mcp","server_label":"x","server_url":"https://x","require_approval":"never"}]}`, nil, ""},
+		{"mcp without require_approval", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","server_url":"https://x"}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
+		{"mcp always", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"always"}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
+		{"mcp Never", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"Never"}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
+		{"mcp approval filter", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":{"never":{"tool_names":["a"]}}}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
+		{"mcp approval null", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":null}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
+		{"second mcp tool", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"never"},{"type":"mcp","server_label":"y"}]}`, events.ErrMCPApproval, "tools[1].require_approval"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,11 +165,11 @@ func TestValidateConstructed(t *testing.T) {
 
 func TestDecodeRunRequestCompacts(t *testing.T) {
 	t.Parallel()
-	req, err := events.DecodeRunRequest([]byte(`{"run_id":"r1","model":"m","input":[ {"role" : "user"} ],"tools":[ {"type": "mcp"} ],"options":{"t": [1, 2]}}`))
+	req, err := events.DecodeRunRequest([]byte(`{"run_id":"r1","model":"m","input":[ {"role" : "user"} ],"tools":[ {"type": "mcp", "require_approval": "never"} ],"options":{"t": [1, 2]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(req.Input) != `[{"role":"user"}]` || string(req.Tools[0]) != `{"type":"mcp"}` || string(req.Options["t"]) != `[1,2]` {
+	if string(req.Input) != `[{"role":"user"}]` || string(req.Tools[0]) != `{"type":"mcp","require_approval":"never"}` || string(req.Options["t"]) != `[1,2]` {
 		t.Errorf("not compacted: %s %s %s", req.Input, req.Tools[0], req.Options["t"])
 	}
 }
@@ -211,4 +232,28 @@ func FuzzDecodeRunRequest(f *testing.F) {
 			t.Fatalf("decoded requests differ:\n%+v\n%+v", r1, r2)
 		}
 	})
+}
+
+// TestRuleMessagesSayWhy checks that the agent and MCP rules explain
+// themselves: a user who sees the error must learn what to change.
+func TestRuleMessagesSayWhy(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string][]string{
+		`{"run_id":"r1","agent":{"name":"a"},"input":"x","tools":[{"type":"function","name":"f"}]}`:         {"agent", "Not allowed when agent is specified"},
+		`{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"reasoning":{}}}`:                       {"agent", "Not allowed when agent is specified"},
+		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x"}]}`:               {`"never"`, "approval"},
+		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","require_approval":"always"}]}`:      {`"always"`, `"never"`, "approval request"},
+		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","require_approval":{"always":{}}}]}`: {"object", `"never"`},
+	} {
+		_, err := events.DecodeRunRequest([]byte(body))
+		if err == nil {
+			t.Errorf("%s: accepted", body)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: message %q does not mention %q", body, err, w)
+			}
+		}
+	}
 }

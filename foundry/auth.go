@@ -25,6 +25,7 @@ type tokenSource struct {
 
 	mu  sync.Mutex
 	tok azcore.AccessToken
+	got time.Time // when tok was obtained
 }
 
 func newTokenSource(cred azcore.TokenCredential, scope string) *tokenSource {
@@ -44,20 +45,31 @@ func (ts *tokenSource) token(ctx context.Context) (string, error) {
 		if ts.tok.Token != "" && now.Before(ts.tok.ExpiresOn) {
 			return ts.tok.Token, nil // early renewal failed; the old token still works
 		}
-		return "", fmt.Errorf("foundry: get Entra ID token for scope %s: %w", ts.scope, err)
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("foundry: get Entra ID token for scope %s: %w", ts.scope, context.Cause(ctx))
+		}
+		return "", fmt.Errorf("%w: get Entra ID token for scope %s: %w", ErrAuth, ts.scope, err)
 	}
 	if tok.Token == "" {
-		return "", fmt.Errorf("foundry: get Entra ID token for scope %s: credential returned an empty token", ts.scope)
+		return "", fmt.Errorf("%w: get Entra ID token for scope %s: credential returned an empty token", ErrAuth, ts.scope)
 	}
-	ts.tok = tok
+	ts.tok, ts.got = tok, now
 	return tok.Token, nil
 }
 
+// needsRefresh reports whether the cached token is due for renewal: at its
+// RefreshOn hint, or tokenRefreshMargin before it expires, or half way
+// through its life when it lives less than twice the margin (otherwise a
+// short-lived token would be fetched anew for every request).
 func (ts *tokenSource) needsRefresh(now time.Time) bool {
 	if !ts.tok.RefreshOn.IsZero() && !now.Before(ts.tok.RefreshOn) {
 		return true
 	}
-	return !now.Before(ts.tok.ExpiresOn.Add(-tokenRefreshMargin))
+	margin := tokenRefreshMargin
+	if life := ts.tok.ExpiresOn.Sub(ts.got); life < 2*tokenRefreshMargin {
+		margin = life / 2
+	}
+	return !now.Before(ts.tok.ExpiresOn.Add(-margin))
 }
 
 // ambientHeaders are headers openai-go may add from OPENAI_* environment variables

@@ -147,6 +147,21 @@ func TestTokenSourceRefresh(t *testing.T) {
 	if cred2.calls != 2 {
 		t.Errorf("RefreshOn ignored: %d calls", cred2.calls)
 	}
+
+	// A token that lives less than twice the margin is renewed half way, not
+	// on every call.
+	cred3 := &fakeCred{ttl: 4 * time.Minute, now: clock}
+	ts3 := newTokenSource(cred3, "s")
+	ts3.now = clock
+	ts3.token(ctx)
+	now = now.Add(time.Minute)
+	if tok, _ := ts3.token(ctx); tok != "tok-1" || cred3.count() != 1 {
+		t.Errorf("short-lived token renewed after a quarter of its life: %q, %d calls", tok, cred3.count())
+	}
+	now = now.Add(90 * time.Second)
+	if tok, _ := ts3.token(ctx); tok != "tok-2" {
+		t.Errorf("short-lived token past half its life = %q, want tok-2", tok)
+	}
 }
 
 type refreshOnCred struct {
@@ -219,6 +234,40 @@ func TestEnvironmentDoesNotLeak(t *testing.T) {
 		}
 		if i == 1 && (auth != "Bearer tok-1" || key != "") {
 			t.Errorf("Entra mode: Authorization=%q api-key=%q", auth, key)
+		}
+	}
+}
+
+// TestTokenFailureIsAnAuthError: a credential that cannot give a token is an
+// authentication failure (ErrAuth), reported at once, not a connection error
+// that the SDK retries with backoff.
+func TestTokenFailureIsAnAuthError(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, "/openai/v1", func(w http.ResponseWriter, r *http.Request, body []byte) {
+		t.Error("request sent without a token")
+	})
+	cred := &fakeCred{err: errors.New("AADSTS7000215: Invalid client secret provided")}
+	c := f.client(t, func(cfg *Config) { cfg.APIKey = ""; cfg.Credential = cred; cfg.MaxRetries = 5 })
+	calls := map[string]func() error{
+		"get":    func() error { _, err := c.Get(ctxT(t), "resp_1"); return err },
+		"cancel": func() error { _, err := c.Cancel(ctxT(t), "resp_1"); return err },
+		"resume": func() error { _, err := c.Resume(ctxT(t), "resp_1", 3); return err },
+		"create": func() error {
+			_, err := c.Create(ctxT(t), CreateRequest{Model: "m", Input: []byte(`"x"`)})
+			return err
+		},
+	}
+	for name, call := range calls {
+		before := cred.count()
+		err := call()
+		if !errors.Is(err, ErrAuth) || !errors.Is(err, cred.err) {
+			t.Errorf("%s: err = %v, want ErrAuth wrapping the credential's error", name, err)
+		}
+		if n := cred.count() - before; n != 1 {
+			t.Errorf("%s: the credential was asked %d times: a token failure was retried like a network error", name, n)
+		}
+		if !strings.Contains(err.Error(), "Entra ID token") {
+			t.Errorf("%s: message %q does not say it is about the token", name, err)
 		}
 	}
 }

@@ -71,6 +71,16 @@ func (c *Client) Scope() string {
 // returns the raw response with a 2xx status, unread. Any status >= 400 becomes an
 // *APIError carrying the server's code and message.
 func (c *Client) do(ctx context.Context, op, id, method, path string, body any, opts ...option.RequestOption) (*http.Response, error) {
+	if c.tokens != nil {
+		// Get the token before the SDK sends anything: a failure inside the
+		// middleware looks like a connection error to openai-go, which retries
+		// it with backoff, whereas a credential that cannot give a token is an
+		// authentication failure (ErrAuth) to report at once. The middleware
+		// then finds the token cached.
+		if _, err := c.tokens.token(ctx); err != nil {
+			return nil, fmt.Errorf("foundry: %s: %w", opName(op, id), err)
+		}
+	}
 	var res *http.Response
 	err := c.oa.Execute(ctx, method, path, body, &res, opts...)
 	if res != nil && res.StatusCode >= 400 {

@@ -39,7 +39,8 @@ type Config struct {
 	// azidentity.NewDefaultAzureCredential.
 	Credential azcore.TokenCredential
 	// Scope is the Entra ID token scope. Default: ScopeAIFoundry for a project
-	// endpoint on *.services.ai.azure.com, ScopeCognitiveServices otherwise.
+	// endpoint (a path .../api/projects/PROJECT/openai/v1), ScopeCognitiveServices
+	// otherwise.
 	Scope string
 	// AgentField is the body field name of an agent reference. Default: "agent_reference".
 	AgentField string
@@ -123,15 +124,16 @@ func configError(setting, reason string) error {
 	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, setting, reason)
 }
 
-// scopeFor picks the Entra ID scope for a base URL: Foundry project endpoints on
-// *.services.ai.azure.com use ScopeAIFoundry, everything else ScopeCognitiveServices.
+// scopeFor picks the Entra ID scope for a base URL: a Foundry project endpoint
+// (.../api/projects/PROJECT/openai/v1, whatever the host: *.services.ai.azure.com,
+// a custom domain or a private endpoint) uses ScopeAIFoundry, everything else
+// ScopeCognitiveServices.
 func scopeFor(baseURL string) string {
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return ScopeCognitiveServices
 	}
-	host := strings.ToLower(u.Hostname())
-	if strings.HasSuffix(host, ".services.ai.azure.com") && strings.Contains(u.Path, "/api/projects/") {
+	if strings.Contains(u.Path, "/api/projects/") {
 		return ScopeAIFoundry
 	}
 	return ScopeCognitiveServices

@@ -43,6 +43,12 @@ func TestConfigValidate(t *testing.T) {
 			wantBase: "https://x.services.ai.azure.com/api/projects/proj/openai/v1/", wantScope: ScopeAIFoundry,
 		},
 		{
+			// The path makes a project endpoint, whatever the host (a custom
+			// domain, a private endpoint, the emulator).
+			name: "project path on another host", cfg: Config{BaseURL: "http://127.0.0.1:8089/api/projects/proj/openai/v1", Credential: cred},
+			wantBase: "http://127.0.0.1:8089/api/projects/proj/openai/v1/", wantScope: ScopeAIFoundry,
+		},
+		{
 			name: "scope override", cfg: Config{BaseURL: "https://x.services.ai.azure.com/api/projects/proj/openai/v1", Credential: cred, Scope: "https://example.test/.default"},
 			wantBase: "https://x.services.ai.azure.com/api/projects/proj/openai/v1/", wantScope: "https://example.test/.default",
 		},

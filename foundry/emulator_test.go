@@ -116,12 +116,15 @@ func TestEmulatorRunToCompletion(t *testing.T) {
 func TestEmulatorRequestShape(t *testing.T) {
 	t.Parallel()
 	for _, field := range []string{"", "agent"} {
-		srv, c := setup(t, foundrytest.Config{DefaultTokens: 2}, func(cfg *foundry.Config) { cfg.AgentField = field })
+		// The service refuses the old "agent" name; an emulator told to accept
+		// it stands for a service that takes the name foundry.Config.AgentField
+		// is set to.
+		srv, c := setup(t, foundrytest.Config{DefaultTokens: 2, AcceptDeprecatedAgentField: field == "agent"},
+			func(cfg *foundry.Config) { cfg.AgentField = field })
 		r := req("run-agent-"+field, nil)
 		r.Model = ""
 		r.Agent = &foundry.AgentRef{Name: "helper", Version: "2"}
-		r.Tools = []json.RawMessage{json.RawMessage(`{"type":"mcp","server_label":"files","server_url":"https://mcp.example","require_approval":"never"}`)}
-		r.Options = map[string]json.RawMessage{"temperature": json.RawMessage("0.5")}
+		r.Options = map[string]json.RawMessage{"previous_response_id": json.RawMessage(`"resp_prev"`)}
 		s, err := c.Create(ctxT(t), r)
 		if err != nil {
 			t.Fatal(err)
@@ -144,7 +147,7 @@ func TestEmulatorRequestShape(t *testing.T) {
 		if ref["type"] != "agent_reference" || ref["name"] != "helper" || ref["version"] != "2" || got["model"] != nil {
 			t.Errorf("%s: agent reference = %v (body %s)", name, got[name], bodies[0])
 		}
-		if got["background"] != true || got["stream"] != true || got["store"] != true || got["temperature"] != 0.5 {
+		if got["background"] != true || got["stream"] != true || got["store"] != true || got["previous_response_id"] != "resp_prev" {
 			t.Errorf("%s: body = %s", name, bodies[0])
 		}
 	}
@@ -441,7 +444,9 @@ func TestEmulatorToolAndFailure(t *testing.T) {
 	if done == nil || done.Status != "completed" || done.ID != added.ID {
 		t.Errorf("mcp_call done = %+v", done)
 	}
-	if final == nil || len(final.Output) < 2 || final.Output[0].Type != "mcp_call" {
+	if final == nil || len(final.Output) != 3 || final.Output[0].Type != foundry.ItemMCPListTools ||
+		final.Output[0].ServerLabel != "files" || len(final.Output[0].Tools) != 1 || final.Output[0].Tools[0] != "read_file" ||
+		final.Output[1].Type != foundry.ItemMCPCall || final.Output[2].Type != foundry.ItemMessage {
 		t.Errorf("final output = %+v", final)
 	}
 

@@ -37,6 +37,17 @@ var (
 	// ErrNotBackground matches the 400 a resume gets for a response that was not
 	// created with background=true.
 	ErrNotBackground = errors.New("foundry: response was not created in background mode")
+	// ErrStreamingNotEnabled matches the 400 "Streaming is not enabled for this
+	// response" that a resume of a Foundry hosted agent's response gets: hosted
+	// agents drop background=true (the response reports background false), so
+	// their responses can be neither resumed nor cancelled
+	// (Azure/azure-sdk-for-python#46015).
+	ErrStreamingNotEnabled = errors.New("foundry: streaming is not enabled for this response")
+	// ErrAuth matches authentication and authorization failures: an API error
+	// with status 401 or 403, and a failure to get an Entra ID token from the
+	// credential. Repeating the call will not help until the credential or the
+	// role assignment is fixed; it is not a network error.
+	ErrAuth = errors.New("foundry: authentication failed")
 
 	// ErrStreamTruncated is reported by Stream.Err when the stream ended (clean EOF,
 	// [DONE] or a network error, which is wrapped too) before a terminal event.
@@ -57,18 +68,36 @@ var (
 // {"error": {...}} frame inside a stream (StatusCode 0). It keeps the server's
 // code and message, which openai-go's own error string drops.
 type APIError struct {
-	Op         string        // what was being done: create, resume, get, cancel, stream
-	ResponseID string        // the response concerned, if known
-	StatusCode int           // HTTP status; 0 for an error frame inside a stream
-	Code       string        // error.code, e.g. "rate_limit_exceeded"
-	Type       string        // error.type, e.g. "invalid_request_error"
-	Param      string        // error.param
-	Message    string        // error.message (or the body text when it was not JSON)
-	RetryAfter time.Duration // from Retry-After-Ms or Retry-After; 0 if absent
+	Op         string // what was being done: create, resume, get, cancel, stream
+	ResponseID string // the response concerned, if known
+	StatusCode int    // HTTP status; 0 for an error frame inside a stream
+	Code       string // error.code, e.g. "rate_limit_exceeded"
+	Type       string // error.type, e.g. "invalid_request_error"
+	Param      string // error.param
+	Message    string // error.message (or the body text when it was not JSON)
+	// Details are Foundry's error.details: one entry per field refused, e.g.
+	// {Param: "temperature", Message: "Not allowed when agent is specified."}
+	// under an "Invalid payload" message (at most maxErrorDetails are kept).
+	Details []ErrorDetail
+	// RetryAfter is the wait the server asked for: Retry-After-Ms, else
+	// Retry-After (seconds or a date), else, on a 429 only, the longer of
+	// x-ratelimit-reset-requests and x-ratelimit-reset-tokens; 0 if none.
+	RetryAfter time.Duration
 }
 
-// Error formats "foundry: <op> <id>: <status> <code>: <message>", leaving out
-// the parts that are empty.
+// ErrorDetail is one entry of an error's details list.
+type ErrorDetail struct {
+	Code    string // e.g. "ValidationError"; often empty
+	Param   string // the field, as a name ("tools") or a JSON pointer ("/input/2/status")
+	Message string
+}
+
+// maxErrorDetails bounds the details kept from one error body.
+const maxErrorDetails = 32
+
+// Error formats "foundry: <op> <id>: <status> <code>: <param>: <message>
+// (<detail param>: <detail message>; ...)", leaving out the parts that are
+// empty, so that a user sees which field was wrong.
 func (e *APIError) Error() string {
 	var b strings.Builder
 	b.WriteString("foundry: ")
@@ -89,9 +118,27 @@ func (e *APIError) Error() string {
 	if e.StatusCode == 0 && e.Code == "" {
 		b.WriteString(" error")
 	}
+	if e.Param != "" && len(e.Details) == 0 {
+		b.WriteString(": ")
+		b.WriteString(e.Param)
+	}
 	if e.Message != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Message)
+	}
+	if len(e.Details) > 0 {
+		b.WriteString(" (")
+		for i, d := range e.Details {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			if d.Param != "" {
+				b.WriteString(d.Param)
+				b.WriteString(": ")
+			}
+			b.WriteString(d.Message)
+		}
+		b.WriteString(")")
 	}
 	return b.String()
 }
@@ -115,6 +162,10 @@ func (e *APIError) Is(target error) bool {
 			(strings.Contains(m, "no longer be streamed") || strings.Contains(m, "minutes old"))
 	case ErrNotBackground:
 		return e.StatusCode == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Message), "not created with background")
+	case ErrStreamingNotEnabled:
+		return e.StatusCode == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Message), "streaming is not enabled")
+	case ErrAuth:
+		return e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden
 	}
 	return false
 }
@@ -134,38 +185,101 @@ func (e *APIError) Retryable() bool {
 // maxErrorBody bounds how much of a non-JSON error body ends up in a message.
 const maxErrorBody = 1 << 10
 
-// wireError is the {"code","message","type","param"} object of an error body.
+// wireError is the {"code","message","type","param","details"} object of an
+// error body.
 type wireError struct {
+	Code    flexString        `json:"code"`
+	Message string            `json:"message"`
+	Type    string            `json:"type"`
+	Param   flexString        `json:"param"`
+	Details []wireErrorDetail `json:"details"`
+}
+
+type wireErrorDetail struct {
 	Code    flexString `json:"code"`
 	Message string     `json:"message"`
-	Type    string     `json:"type"`
 	Param   flexString `json:"param"`
+}
+
+func (w *wireError) details() []ErrorDetail {
+	if len(w.Details) == 0 {
+		return nil
+	}
+	n := min(len(w.Details), maxErrorDetails)
+	out := make([]ErrorDetail, n)
+	for i := range out {
+		d := w.Details[i]
+		out[i] = ErrorDetail{Code: string(d.Code), Param: string(d.Param), Message: d.Message}
+	}
+	return out
 }
 
 // newAPIError builds an APIError from an HTTP error response. It reads at most
 // 1 MiB of the body and does not close it.
 func newAPIError(op, id string, res *http.Response) *APIError {
 	e := &APIError{Op: op, ResponseID: id, StatusCode: res.StatusCode, RetryAfter: parseRetryAfter(res.Header, time.Now())}
+	if e.RetryAfter == 0 && res.StatusCode == http.StatusTooManyRequests {
+		e.RetryAfter = parseRateLimitReset(res.Header)
+	}
 	var body []byte
 	if res.Body != nil {
 		body, _ = io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	}
 	var env struct {
 		Error *wireError `json:"error"`
+		// The Azure API gateway answers some failures (an Entra ID token for
+		// the wrong audience or expired) with {"statusCode": 401, "message"}.
+		StatusCode json.RawMessage `json:"statusCode"`
+		Message    string          `json:"message"`
 	}
 	if err := json.Unmarshal(body, &env); err == nil && env.Error != nil {
 		e.Code, e.Message, e.Type, e.Param = string(env.Error.Code), env.Error.Message, env.Error.Type, string(env.Error.Param)
+		e.Details = env.Error.details()
+		return e
+	} else if err == nil && env.Message != "" && len(env.StatusCode) > 0 {
+		e.Message = truncateText(env.Message)
 		return e
 	}
-	msg := string(bytes.TrimSpace(body))
-	if len(msg) > maxErrorBody {
-		msg = msg[:maxErrorBody] + "…"
-	}
+	msg := truncateText(string(bytes.TrimSpace(body)))
 	if msg == "" {
 		msg = http.StatusText(res.StatusCode)
 	}
 	e.Message = msg
 	return e
+}
+
+func truncateText(msg string) string {
+	if len(msg) > maxErrorBody {
+		return msg[:maxErrorBody] + "…"
+	}
+	return msg
+}
+
+// parseRateLimitReset reads x-ratelimit-reset-requests and
+// x-ratelimit-reset-tokens (a number of seconds, as Azure sends them, or a
+// duration such as "6m0s" or "20ms", as OpenAI does) and returns the longer
+// wait: the fallback for a 429 without Retry-After. Azure's Responses API
+// has been seen to send -1 and 0 there and no Retry-After (Microsoft Q&A
+// "Azure OpenAI Responses API x-ratelimit headers values -1, 0"); those
+// count as absent.
+func parseRateLimitReset(h http.Header) time.Duration {
+	var longest time.Duration
+	for _, name := range []string{"X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens"} {
+		v := strings.TrimSpace(h.Get(name))
+		if v == "" {
+			continue
+		}
+		var d time.Duration
+		if s, err := strconv.ParseFloat(v, 64); err == nil {
+			if s > 0 && s < 1e9 {
+				d = time.Duration(s * float64(time.Second))
+			}
+		} else if pd, err := time.ParseDuration(v); err == nil && pd > 0 {
+			d = pd
+		}
+		longest = max(longest, d)
+	}
+	return longest
 }
 
 // parseRetryAfter reads Retry-After-Ms, then Retry-After (seconds or an HTTP date).

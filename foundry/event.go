@@ -27,6 +27,12 @@ const (
 	EventMCPCallCompleted   = "response.mcp_call.completed"
 	EventMCPCallFailed      = "response.mcp_call.failed"
 	EventMCPListToolsFailed = "response.mcp_list_tools.failed"
+	// EventKeepalive is an undocumented event the service sends while a
+	// response is slow to start or to continue: {"type":"keepalive",
+	// "sequence_number":N} (openai/openai-node#1964, openai/openai-java#776;
+	// seen about every 30 s before a response.created that came minutes
+	// after the headers, BerriAI/litellm#39617). It carries no state.
+	EventKeepalive = "keepalive"
 )
 
 // Event is one decoded stream event. Only the fields foundryq needs are decoded;
@@ -34,7 +40,7 @@ const (
 type Event struct {
 	Type           string
 	SequenceNumber int64 // valid when HasSeq
-	HasSeq         bool  // the event carried a sequence_number
+	HasSeq         bool  // the event carried a sequence_number (Stream.LastSeq ignores those of keepalive and error events)
 	Delta          string
 	Text           string // output_text.done: the full text of the part
 	ItemID         string
@@ -155,7 +161,8 @@ func decodeEventInto(name, data []byte, ev *Event, w *wireEvent) error {
 		w.Type = string(name)
 	}
 	if w.Error.present && w.Type != EventError {
-		return &APIError{Op: "stream", Code: string(w.Error.Code), Type: w.Error.Type, Param: string(w.Error.Param), Message: w.Error.Message}
+		return &APIError{Op: "stream", Code: string(w.Error.Code), Type: w.Error.Type, Param: string(w.Error.Param),
+			Message: w.Error.Message, Details: w.Error.details()}
 	}
 	if w.Type == "" {
 		return fmt.Errorf("%w: event without a type", ErrMalformedEvent)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Response statuses reported by the Responses API.
@@ -22,9 +23,17 @@ const (
 
 // Response is the part of a Responses API response object foundryq uses.
 type Response struct {
-	ID               string
-	Status           string // queued, in_progress, completed, failed, incomplete, cancelled
-	Background       bool
+	ID     string
+	Status string // queued, in_progress, completed, failed, incomplete, cancelled
+	// Background is the response's background flag as the server reports it.
+	// Foundry hosted agents drop background=true: their response.created says
+	// false, and such a response can be neither resumed
+	// (ErrStreamingNotEnabled) nor cancelled, and GET keeps reporting it
+	// in_progress (Azure/azure-sdk-for-python#46015).
+	Background bool
+	// BackgroundKnown reports whether the object carried a background field
+	// (so that a missing field is not mistaken for false).
+	BackgroundKnown  bool
 	Error            *ResponseError    // set when Status is failed
 	IncompleteReason string            // incomplete_details.reason, e.g. max_output_tokens
 	Usage            *Usage            // present once the response is finished
@@ -45,6 +54,45 @@ type ResponseError struct {
 	Message string
 }
 
+// TransientResponseCodes are the error codes of a failed response that say
+// nothing about the request itself: the same request may succeed when sent
+// again as a new response. "server_error" and "rate_limit_exceeded" are the
+// two of the documented ResponseError codes (OpenAI API reference, "The
+// response object", error.code; openai-go v3.98.0 ResponseErrorCode) that
+// are not about the input (invalid_prompt, images, policy, ...); the
+// service's own message for server_error says "You can retry your request".
+// vector_store_timeout is left out: it depends on the vector store.
+var TransientResponseCodes = []string{"rate_limit_exceeded", "server_error"}
+
+// Retryable reports whether the failure is transient (a code in
+// TransientResponseCodes): a new response for the same request may succeed.
+// A failed response is final; retrying means creating another one.
+func (e *ResponseError) Retryable() bool {
+	if e == nil {
+		return false
+	}
+	for _, c := range TransientResponseCodes {
+		if e.Code == c {
+			return true
+		}
+	}
+	return false
+}
+
+// NotFoundGrace is how long after a response id was first seen a 404 for it
+// means "not visible yet" rather than "gone": on Azure's /openai/v1, GET
+// right after a streamed create answered 404 for up to 32.7 s before
+// answering 200 (dotnet/extensions#7704, 79 samples, every one became
+// retrievable).
+const NotFoundGrace = time.Minute
+
+// NotYetVisible reports whether err is a 404 (ErrNotFound) for a response id
+// first seen less than NotFoundGrace ago (seenFor): poll, resume or cancel
+// again later instead of treating the response as gone.
+func NotYetVisible(err error, seenFor time.Duration) bool {
+	return err != nil && seenFor < NotFoundGrace && errors.Is(err, ErrNotFound)
+}
+
 // Usage counts the tokens of a response.
 type Usage struct {
 	InputTokens     int64
@@ -54,19 +102,59 @@ type Usage struct {
 	ReasoningTokens int64 // output_tokens_details.reasoning_tokens
 }
 
+// Output item types foundryq looks at (OutputItem.Type).
+const (
+	ItemMessage            = "message"
+	ItemMCPCall            = "mcp_call"
+	ItemMCPListTools       = "mcp_list_tools"
+	ItemMCPApprovalRequest = "mcp_approval_request"
+	ItemFunctionCall       = "function_call"
+)
+
 // OutputItem is one output item: a message, an mcp_call, an mcp_list_tools, a
 // reasoning item, a function_call, ...
 type OutputItem struct {
 	ID          string
 	Type        string // message, mcp_call, mcp_list_tools, mcp_approval_request, function_call, ...
-	Name        string // tool name (mcp_call, function_call)
-	ServerLabel string // MCP server label
+	Name        string // tool name (mcp_call, mcp_approval_request, function_call)
+	ServerLabel string // MCP server label (mcp_call, mcp_list_tools, mcp_approval_request)
 	Status      string // in_progress, completed, incomplete, calling, failed
-	Error       string // mcp_call error (text; raw JSON if the server sent an object)
+	Error       string // mcp_call / mcp_list_tools error (text; raw JSON if the server sent an object)
 	Output      string // mcp_call output
 	Arguments   string // tool arguments (a JSON document in a string)
 	CallID      string // function_call call_id
-	Text        string // message items: the output_text parts, concatenated
+	// ApprovalRequestID is set on an mcp_call that ran after an approval.
+	ApprovalRequestID string
+	// Tools are the tool names of an mcp_list_tools item (at most maxListedTools).
+	Tools []string
+	Text  string // message items: the output_text parts, concatenated
+}
+
+// maxListedTools bounds the tool names kept from one mcp_list_tools item.
+const maxListedTools = 256
+
+// ApprovalRequests returns the mcp_approval_request items of the output. A
+// finished response that has any stopped to ask for approval of an MCP call
+// (require_approval was not "never"): the call did not run, and the response
+// waits for an mcp_approval_response in a new request.
+func (r *Response) ApprovalRequests() []OutputItem { return r.itemsOf(ItemMCPApprovalRequest) }
+
+// FunctionCalls returns the function_call items of the output. A finished
+// response that has any waits for the caller to run the functions and send
+// their output in a new request.
+func (r *Response) FunctionCalls() []OutputItem { return r.itemsOf(ItemFunctionCall) }
+
+func (r *Response) itemsOf(typ string) []OutputItem {
+	if r == nil {
+		return nil
+	}
+	var out []OutputItem
+	for _, it := range r.Output {
+		if it.Type == typ {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // Get fetches a response (GET responses/{id}). Retried by the SDK per
@@ -123,7 +211,7 @@ func (c *Client) responseCall(ctx context.Context, op, id, method, suffix string
 type wireResponse struct {
 	ID                string     `json:"id"`
 	Status            string     `json:"status"`
-	Background        bool       `json:"background"`
+	Background        *bool      `json:"background"`
 	Error             *wireError `json:"error"`
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
@@ -155,7 +243,12 @@ type wireItem struct {
 	Output      flexString `json:"output"`
 	Arguments   flexString `json:"arguments"`
 	CallID      string     `json:"call_id"`
-	Content     []struct {
+	// ApprovalRequestID is a string or null.
+	ApprovalRequestID flexString `json:"approval_request_id"`
+	Tools             []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+	Content []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	} `json:"content"`
@@ -163,10 +256,12 @@ type wireItem struct {
 
 func (w *wireResponse) response() *Response {
 	r := &Response{
-		ID:         w.ID,
-		Status:     w.Status,
-		Background: w.Background,
-		Metadata:   w.Metadata,
+		ID:       w.ID,
+		Status:   w.Status,
+		Metadata: w.Metadata,
+	}
+	if w.Background != nil {
+		r.Background, r.BackgroundKnown = *w.Background, true
 	}
 	if w.Error != nil && (w.Error.Code != "" || w.Error.Message != "") {
 		r.Error = &ResponseError{Code: string(w.Error.Code), Message: w.Error.Message}
@@ -213,6 +308,14 @@ func (w *wireItem) item() OutputItem {
 		Output:      string(w.Output),
 		Arguments:   string(w.Arguments),
 		CallID:      w.CallID,
+
+		ApprovalRequestID: string(w.ApprovalRequestID),
+	}
+	if len(w.Tools) > 0 {
+		it.Tools = make([]string, 0, min(len(w.Tools), maxListedTools))
+		for _, t := range w.Tools[:min(len(w.Tools), maxListedTools)] {
+			it.Tools = append(it.Tools, t.Name)
+		}
 	}
 	switch len(w.Content) {
 	case 0:

@@ -14,7 +14,8 @@ const storedResponse = `{
   "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4},
             "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 30},
   "output": [
-    {"id": "mcpl_1", "type": "mcp_list_tools", "server_label": "files", "tools": [], "error": null},
+    {"id": "mcpl_1", "type": "mcp_list_tools", "server_label": "files", "error": null,
+     "tools": [{"name": "read", "input_schema": {}}, {"name": "write", "input_schema": {}, "annotations": null}]},
     {"id": "mcp_1", "type": "mcp_call", "name": "read", "server_label": "files", "arguments": "{\"path\":\"a\"}",
      "status": "completed", "output": "contents", "error": null},
     {"id": "mcp_2", "type": "mcp_call", "name": "write", "server_label": "files", "arguments": "{}",
@@ -24,7 +25,11 @@ const storedResponse = `{
      "content": [{"type": "output_text", "text": "Hello, ", "annotations": []}, {"type": "refusal", "refusal": "no"},
                  {"type": "output_text", "text": "world", "annotations": []}]},
     {"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
-     "content": [{"type": "output_text", "text": "!", "annotations": []}]}
+     "content": [{"type": "output_text", "text": "!", "annotations": []}]},
+    {"id": "mcpr_1", "type": "mcp_approval_request", "server_label": "files", "name": "delete", "arguments": "{\"path\":\"b\"}"},
+    {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}", "status": "completed"},
+    {"id": "mcp_3", "type": "mcp_call", "name": "delete", "server_label": "files", "arguments": "{}",
+     "status": "completed", "output": "ok", "approval_request_id": "mcpr_0"}
   ]
 }`
 
@@ -39,17 +44,20 @@ func TestGetDecodesResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Response{
-		ID: "resp_g", Status: "completed", Background: true,
+		ID: "resp_g", Status: "completed", Background: true, BackgroundKnown: true,
 		Usage:      &Usage{InputTokens: 10, OutputTokens: 20, TotalTokens: 30, CachedTokens: 4, ReasoningTokens: 5},
 		OutputText: "Hello, world!",
 		Metadata:   map[string]string{"run_id": "r1"},
 		Output: []OutputItem{
-			{ID: "mcpl_1", Type: "mcp_list_tools", ServerLabel: "files"},
+			{ID: "mcpl_1", Type: "mcp_list_tools", ServerLabel: "files", Tools: []string{"read", "write"}},
 			{ID: "mcp_1", Type: "mcp_call", Name: "read", ServerLabel: "files", Arguments: `{"path":"a"}`, Status: "completed", Output: "contents"},
 			{ID: "mcp_2", Type: "mcp_call", Name: "write", ServerLabel: "files", Arguments: "{}", Status: "failed", Error: "permission denied"},
 			{ID: "rs_1", Type: "reasoning"},
 			{ID: "msg_1", Type: "message", Status: "completed", Text: "Hello, world"},
 			{ID: "msg_2", Type: "message", Status: "completed", Text: "!"},
+			{ID: "mcpr_1", Type: ItemMCPApprovalRequest, ServerLabel: "files", Name: "delete", Arguments: `{"path":"b"}`},
+			{ID: "fc_1", Type: ItemFunctionCall, CallID: "call_1", Name: "lookup", Arguments: "{}", Status: "completed"},
+			{ID: "mcp_3", Type: "mcp_call", Name: "delete", ServerLabel: "files", Arguments: "{}", Status: "completed", Output: "ok", ApprovalRequestID: "mcpr_0"},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -57,6 +65,16 @@ func TestGetDecodesResponse(t *testing.T) {
 	}
 	if !got.Terminal() {
 		t.Error("completed response not terminal")
+	}
+	if a := got.ApprovalRequests(); len(a) != 1 || a[0].ID != "mcpr_1" {
+		t.Errorf("ApprovalRequests = %+v", a)
+	}
+	if f := got.FunctionCalls(); len(f) != 1 || f[0].CallID != "call_1" {
+		t.Errorf("FunctionCalls = %+v", f)
+	}
+	var none *Response
+	if none.ApprovalRequests() != nil || (&Response{}).FunctionCalls() != nil {
+		t.Error("empty responses have pending items")
 	}
 	r := f.requests()[0]
 	if r.Method != http.MethodGet || r.Path != "/openai/v1/responses/resp_g" || r.Query != "" {

@@ -85,7 +85,10 @@ func (s *Stream) Next() bool {
 		}
 		return false
 	}
-	if s.ev.HasSeq {
+	if s.ev.HasSeq && s.ev.Type != EventKeepalive && s.ev.Type != EventError {
+		// Keepalive and error events carry no response state, and whether
+		// their numbers belong to the replayable sequence is not documented:
+		// resuming after the last real event is always safe.
 		s.lastSeq, s.hasSeq = s.ev.SequenceNumber, true
 	}
 	if r := s.ev.Response; r != nil && r.ID != "" && s.responseID == "" {
@@ -112,7 +115,8 @@ func (s *Stream) Err() error { return s.err }
 func (s *Stream) Terminal() bool { return s.terminal }
 
 // LastSeq returns the last sequence number seen (for a resumed stream, initially
-// the starting_after it was opened with) and whether there is one.
+// the starting_after it was opened with) and whether there is one: the
+// cursor for Resume. The numbers of keepalive and error events do not count.
 func (s *Stream) LastSeq() (int64, bool) { return s.lastSeq, s.hasSeq }
 
 // ResponseID returns the response id: the one Resume was called with, or the

@@ -104,12 +104,36 @@ data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_x","
 		{
 			name:         "error event is terminal",
 			body:         created + `data: {"type":"error","code":"server_error","message":"boom","param":null,"sequence_number":1}` + "\n\n" + delta(`"sequence_number":2,`, "late"),
-			wantTerminal: true, wantSeq: 1, wantHasSeq: true,
+			wantTerminal: true, wantSeq: 0, wantHasSeq: true, // an error event does not move the resume cursor
 			check: func(t *testing.T, s *Stream, err error) {
 				if ev := s.Event(); ev.Code != "server_error" || ev.Message != "boom" {
 					t.Errorf("error event = %+v", ev)
 				}
 			},
+		},
+		{
+			// Undocumented keepalive events (openai/openai-node#1964,
+			// openai/openai-java#776) come before response.created under load
+			// and between events of long responses. They pass through and do
+			// not move the resume cursor: whether they are part of the
+			// replayable sequence is not documented.
+			name: "keepalives before and between events",
+			body: `data: {"type":"keepalive","sequence_number":0,"model":"gpt-5.5"}` + "\n\n" +
+				"event: keepalive\ndata: {\"type\":\"keepalive\",\"sequence_number\":1}\n\n" +
+				strings.Replace(created, `"sequence_number":0`, `"sequence_number":2`, 1) +
+				delta(`"sequence_number":3,`, "a") + `data: {"type":"keepalive","sequence_number":9}` + "\n\n" + delta(`"sequence_number":4,`, "b") +
+				`data: {"type":"keepalive","sequence_number":10}` + "\n\n",
+			wantErr: ErrStreamTruncated, wantSeq: 4, wantHasSeq: true, wantText: "ab",
+			check: func(t *testing.T, s *Stream, err error) {
+				if s.ResponseID() != "resp_x" {
+					t.Errorf("ResponseID = %q", s.ResponseID())
+				}
+			},
+		},
+		{
+			name:    "keepalives only",
+			body:    `data: {"type":"keepalive","sequence_number":0}` + "\n\n" + `data: {"type":"keepalive","sequence_number":1}` + "\n\n",
+			wantErr: ErrStreamTruncated, wantSeq: 0, wantHasSeq: false,
 		},
 		{
 			name:    "top-level error frame",
@@ -142,7 +166,7 @@ data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_x","
 		{
 			name:         "error event with nested details",
 			body:         created + `data: {"type":"error","sequence_number":1,"error":{"code":"server_error","message":"nested","param":"x"}}` + "\n\n",
-			wantTerminal: true, wantSeq: 1, wantHasSeq: true,
+			wantTerminal: true, wantSeq: 0, wantHasSeq: true,
 			check: func(t *testing.T, s *Stream, err error) {
 				if ev := s.Event(); ev.Code != "server_error" || ev.Message != "nested" || ev.Param != "x" {
 					t.Errorf("error event = %+v", ev)
@@ -329,5 +353,43 @@ func TestStreamCloseUnblocksNext(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
+	}
+}
+
+// TestStreamReportsBackground: response.created tells whether the server
+// honoured background=true (Foundry hosted agents answer background false,
+// Azure/azure-sdk-for-python#46015); absent is not false.
+func TestStreamReportsBackground(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		field      string
+		bg, known  bool
+		keepalives bool
+	}{
+		{`"background":true,`, true, true, false},
+		{`"background":false,`, false, true, true},
+		{``, false, false, false},
+	} {
+		f := newFake(t, "/openai/v1", func(w http.ResponseWriter, r *http.Request, body []byte) {
+			s := startSSE(w)
+			if tt.keepalives {
+				s.raw(`data: {"type":"keepalive","sequence_number":0}` + "\n\n")
+			}
+			s.raw(`data: {"type":"response.created","sequence_number":1,"response":{"id":"resp_b",` + tt.field + `"status":"in_progress"}}` + "\n\n")
+		})
+		s, err := f.client(t).Create(ctxT(t), CreateRequest{Model: "m", Input: []byte(`"x"`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var created *Response
+		for s.Next() {
+			if ev := s.Event(); ev.Type == EventCreated {
+				created = ev.Response
+			}
+		}
+		s.Close()
+		if created == nil || created.Background != tt.bg || created.BackgroundKnown != tt.known {
+			t.Errorf("%q: response.created = %+v, want Background %v, BackgroundKnown %v", tt.field, created, tt.bg, tt.known)
+		}
 	}
 }

@@ -17,10 +17,12 @@ import (
 // emulatorFlags are the settings of the Foundry emulator (shared by emulator
 // and dev).
 type emulatorFlags struct {
-	apiKey       *string
-	tokens       *int
-	tokenDelay   *time.Duration
-	resumeWindow *time.Duration
+	apiKey           *string
+	tokens           *int
+	tokenDelay       *time.Duration
+	resumeWindow     *time.Duration
+	acceptAgentField *bool
+	keepalive        *time.Duration
 }
 
 func addEmulatorFlags(f *flags, defDelay time.Duration) emulatorFlags {
@@ -29,6 +31,10 @@ func addEmulatorFlags(f *flags, defDelay time.Duration) emulatorFlags {
 		tokens:       f.Int("emulator-tokens", "FOUNDRYQ_EMULATOR_TOKENS", 20, "text tokens per response when the request has no emu_tokens metadata"),
 		tokenDelay:   f.Duration("emulator-token-delay", "FOUNDRYQ_EMULATOR_TOKEN_DELAY", defDelay, "pause between tokens when the request has no emu_token_ms metadata"),
 		resumeWindow: f.Duration("emulator-resume-window", "FOUNDRYQ_EMULATOR_RESUME_WINDOW", 5*time.Minute, "how long a background response can be re-streamed"),
+		acceptAgentField: f.Bool("emulator-accept-agent-field", "FOUNDRYQ_EMULATOR_ACCEPT_AGENT_FIELD", false,
+			`accept the deprecated "agent" request field (the service refuses it; pair with --agent-field agent)`),
+		keepalive: f.Duration("emulator-keepalive", "FOUNDRYQ_EMULATOR_KEEPALIVE", 30*time.Second,
+			"interval of keepalive events while response.created is held back (emu_created_ms)"),
 	}
 }
 
@@ -38,7 +44,10 @@ func (e emulatorFlags) config(log zerolog.Logger) foundrytest.Config {
 		DefaultTokens:     *e.tokens,
 		DefaultTokenDelay: *e.tokenDelay,
 		ResumeWindow:      *e.resumeWindow,
+		KeepaliveInterval: *e.keepalive,
 		Logger:            log,
+
+		AcceptDeprecatedAgentField: *e.acceptAgentField,
 	}
 }
 
@@ -59,7 +68,8 @@ func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Foundry emulator serving %s (stats at %s)\n", emu.baseURL(), emu.url()+"/_emulator/stats")
+	fmt.Fprintf(stdout, "Foundry emulator serving %s (stats at %s, throttle at %s)\n", emu.baseURL(),
+		emu.url()+"/_emulator/stats", emu.url()+"/_emulator/throttle")
 	<-ctx.Done()
 	return emu.close()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // apiError is an error answered with the OpenAI/Azure error body shape
@@ -16,6 +17,20 @@ type apiError struct {
 	param   string // "" is sent as null
 	code    string // "" is sent as null
 	header  http.Header
+	// details, when not nil, is sent as Foundry's "details" list (an empty
+	// list is sent as []).
+	details []payloadDetail
+	// gateway sends the Azure API gateway's {"statusCode","message"} body
+	// instead of the error object.
+	gateway bool
+}
+
+// payloadDetail is one entry of Foundry's error.details.
+type payloadDetail struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+	Param   string `json:"param"`
+	Type    string `json:"type,omitempty"`
 }
 
 func (e *apiError) Error() string {
@@ -28,10 +43,17 @@ type errorBody struct {
 }
 
 type errorObject struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
+	Message string           `json:"message"`
+	Type    string           `json:"type"`
+	Param   *string          `json:"param"`
+	Code    *string          `json:"code"`
+	Details *[]payloadDetail `json:"details,omitempty"`
+}
+
+// gatewayBody is the Azure API gateway's error body.
+type gatewayBody struct {
+	StatusCode int    `json:"statusCode"`
+	Message    string `json:"message"`
 }
 
 func nullable(s string) *string {
@@ -46,9 +68,17 @@ func (e *apiError) write(w http.ResponseWriter) {
 	for k, v := range e.header {
 		w.Header()[k] = v
 	}
-	body, _ := json.Marshal(errorBody{Error: errorObject{
-		Message: e.message, Type: e.typ, Param: nullable(e.param), Code: nullable(e.code),
-	}})
+	obj := errorObject{Message: e.message, Type: e.typ, Param: nullable(e.param), Code: nullable(e.code)}
+	if e.details != nil {
+		d := e.details
+		obj.Details = &d
+	}
+	var body []byte
+	if e.gateway {
+		body, _ = json.Marshal(gatewayBody{StatusCode: e.status, Message: e.message})
+	} else {
+		body, _ = json.Marshal(errorBody{Error: obj})
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.status)
@@ -59,6 +89,13 @@ func (e *apiError) write(w http.ResponseWriter) {
 func invalidRequest(param, code, format string, args ...any) *apiError {
 	return &apiError{status: http.StatusBadRequest, message: fmt.Sprintf(format, args...),
 		typ: "invalid_request_error", param: param, code: code}
+}
+
+// invalidPayload is Foundry's own 400 shape: code invalid_payload and a
+// details list ([] when the param says it all).
+func invalidPayload(param, message string) *apiError {
+	return &apiError{status: http.StatusBadRequest, message: message, typ: "invalid_request_error",
+		param: param, code: "invalid_payload", details: []payloadDetail{}}
 }
 
 // notFound is the 404 for an unknown (or deleted, or unstored) response id.
@@ -80,10 +117,7 @@ func statusError(status int) *apiError {
 		message: http.StatusText(status) + " (emulated by emu_create_status)."}
 	switch {
 	case status == http.StatusTooManyRequests:
-		e.typ, e.code = "requests", "rate_limit_exceeded"
-		e.message = "Requests to the Responses_Create Operation have exceeded the token rate limit of your current pricing tier. " +
-			"Please retry after 1 second."
-		e.header = http.Header{"Retry-After": {"1"}}
+		return rateLimited(time.Second)
 	case status == http.StatusUnauthorized:
 		return errUnauthorized()
 	case status == http.StatusNotFound:

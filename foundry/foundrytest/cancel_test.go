@@ -109,15 +109,20 @@ func TestCancelRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cancelResp(t, srv, c, done[0].Response.ID, http.StatusOK); got.Status != statusCompleted || got.text() != deltas(done) {
-		t.Fatalf("cancel of a finished response changed it: %+v", got)
+	// A finished response cannot be cancelled (BerriAI/litellm#39617).
+	e := apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses/"+done[0].Response.ID+"/cancel", nil), http.StatusBadRequest)
+	if e.Message != "Cannot cancel a completed response." || e.Type != "invalid_request_error" || e.Param == nil || *e.Param != "response_id" {
+		t.Fatalf("cancel of a completed response: %+v", e)
+	}
+	if got := getResponse(t, ctx, c, srv, done[0].Response.ID); got.Status != statusCompleted || got.text() != deltas(done) {
+		t.Fatalf("the refused cancel changed the response: %+v", got)
 	}
 
 	fg, err := createStream(t, srv, c, createBody("rules", false, true, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses/"+fg[0].Response.ID+"/cancel", nil), http.StatusBadRequest)
+	e = apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses/"+fg[0].Response.ID+"/cancel", nil), http.StatusBadRequest)
 	if e.Message != "Cannot cancel a synchronous response." {
 		t.Fatalf("foreground cancel: %+v", e)
 	}
@@ -155,5 +160,52 @@ func TestCompleteDespiteCancel(t *testing.T) {
 	st := srv.Stats()
 	if st.TokensAfterCancel != 20 || st.ToolCallsCompletedAfterCancel != 1 || st.ToolCallsAborted != 0 {
 		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// TestCancelFinishedResponses: only an already cancelled response answers
+// 200; completed, failed and incomplete ones are refused with 400.
+func TestCancelFinishedResponses(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	ctx := testCtx(t)
+	cases := []struct {
+		md     map[string]string
+		max    int
+		status string
+		msg    string
+	}{
+		{map[string]string{KeyFailAfter: "3"}, 0, statusFailed, "Cannot cancel a failed response."},
+		{map[string]string{KeyTokens: "40"}, 16, statusIncomplete, "Cannot cancel a response in terminal state."},
+		{nil, 0, statusCompleted, "Cannot cancel a completed response."},
+	}
+	for _, tc := range cases {
+		body := createBody("finished-"+tc.status, true, true, tc.md)
+		if tc.max > 0 {
+			body["max_output_tokens"] = tc.max
+		}
+		evs, err := createStream(t, srv, c, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := evs[0].Response.ID
+		if got := getResponse(t, ctx, c, srv, id); got.Status != tc.status {
+			t.Fatalf("%s: status %s", tc.status, got.Status)
+		}
+		e := apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses/"+id+"/cancel", nil), http.StatusBadRequest)
+		if e.Message != tc.msg || e.Type != "invalid_request_error" {
+			t.Errorf("%s: %+v", tc.status, e)
+		}
+	}
+
+	// Cancelled: the first cancel and every later one answer 200.
+	_, resp, evs := openUntil(t, srv, c, createBody("twice", true, true, map[string]string{KeyTokens: "100000", KeyTokenMS: "5"}),
+		func(ev wireEvent) bool { return ev.Type == evTextDelta })
+	defer resp.Body.Close()
+	id := evs[0].Response.ID
+	for i := 0; i < 2; i++ {
+		if got := cancelResp(t, srv, c, id, http.StatusOK); got.Status != statusCancelled {
+			t.Fatalf("cancel %d: %+v", i, got)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package foundrytest
 
 import (
+	"crypto/rsa"
 	"fmt"
 	"time"
 
@@ -56,6 +57,31 @@ type Config struct {
 	// forward to expire the resume window without sleeping.
 	Clock func() time.Time
 
+	// AcceptDeprecatedAgentField accepts the old "agent" request field for an
+	// agent reference. Default false: the service refuses it with 400
+	// invalid_payload "The 'agent' property is deprecated. Use
+	// 'agent_reference' instead." (MicrosoftLearning/mslearn-ai-agents
+	// #157, #193). The service has renamed this field before, which is why
+	// foundry.Config.AgentField exists; this setting emulates a service that
+	// takes the old name.
+	AcceptDeprecatedAgentField bool
+
+	// KeepaliveInterval is the pause between the keepalive events a stream
+	// sends while response.created is held back (emu_created_ms), when the
+	// request has no emu_keepalive_ms key. Default 30s, as seen on the
+	// service (BerriAI/litellm#39617).
+	KeepaliveInterval time.Duration
+
+	// EntraKeys, when set, makes the emulator accept Entra ID bearer tokens:
+	// RS256 JWTs signed by one of these keys, not expired (exp, nbf against
+	// Clock), whose aud is the resource of the endpoint form the request came
+	// in on: https://cognitiveservices.azure.com under /openai/v1/ (an Azure
+	// OpenAI resource), https://ai.azure.com under
+	// /api/projects/{project}/openai/v1/ (a Foundry project). Anything else
+	// gets the gateway's 401. An Authority mints such tokens. Default: none
+	// (only APIKey, if set).
+	EntraKeys []*rsa.PublicKey
+
 	// Logger receives one line per created, cancelled and finished response.
 	// Default: the zero zerolog.Logger, which discards everything.
 	Logger zerolog.Logger
@@ -76,6 +102,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("foundrytest: MaxBodyBytes must not be negative, got %d", c.MaxBodyBytes)
 	case c.Retention < 0:
 		return fmt.Errorf("foundrytest: Retention must not be negative, got %s", c.Retention)
+	case c.KeepaliveInterval < 0 || c.KeepaliveInterval > MaxScenarioDelay:
+		return fmt.Errorf("foundrytest: KeepaliveInterval must be in [0, %s], got %s", MaxScenarioDelay, c.KeepaliveInterval)
+	}
+	for i, k := range c.EntraKeys {
+		if k == nil {
+			return fmt.Errorf("foundrytest: EntraKeys[%d] is nil", i)
+		}
 	}
 	return nil
 }
@@ -99,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
+	}
+	if c.KeepaliveInterval == 0 {
+		c.KeepaliveInterval = 30 * time.Second
 	}
 	return c
 }

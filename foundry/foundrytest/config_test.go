@@ -1,6 +1,7 @@
 package foundrytest
 
 import (
+	"crypto/rsa"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative max tokens", Config{MaxTokens: -1}, "MaxTokens"},
 		{"negative body", Config{MaxBodyBytes: -1}, "MaxBodyBytes"},
 		{"negative retention", Config{Retention: -1}, "Retention"},
+		{"negative keepalive", Config{KeepaliveInterval: -1}, "KeepaliveInterval"},
+		{"nil Entra key", Config{EntraKeys: make([]*rsa.PublicKey, 1)}, "EntraKeys"},
 	} {
 		err := tc.cfg.Validate()
 		switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // handleCreate serves POST /openai/v1/responses.
@@ -22,7 +23,13 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	h.recordCreate(peekRunID(body), body)
-	cr, aerr := parseCreate(body)
+	if aerr := h.throttled(); aerr != nil {
+		h.stats.rejected.Add(1)
+		h.stats.throttled.Add(1)
+		aerr.write(w)
+		return
+	}
+	cr, aerr := parseCreateOpts(body, parseOptions{acceptAgentField: h.cfg.AcceptDeprecatedAgentField})
 	if aerr != nil {
 		h.stats.rejected.Add(1)
 		aerr.write(w)
@@ -39,6 +46,21 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 		statusError(sc.createStatus).write(w)
 		return
 	}
+	if sc.hosted && cr.agentField == "" {
+		h.stats.rejected.Add(1)
+		invalidRequest("metadata."+KeyHostedAgent, "invalid_value",
+			"Invalid value for 'metadata.%s': a hosted agent needs an agent reference, not a model.", KeyHostedAgent).write(w)
+		return
+	}
+	if cr.agentField != "" && strings.HasPrefix(cr.agentName, HostedAgentPrefix) {
+		sc.hosted = true
+	}
+	if sc.hosted {
+		// A hosted agent drops background=true: the response reports
+		// background false and lives like a foreground one
+		// (Azure/azure-sdk-for-python#46015).
+		cr.background = false
+	}
 
 	r := h.newResponse(cr, sc)
 	if !h.register(r) {
@@ -52,16 +74,35 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 	ctx := req.Context()
 	switch {
 	case cr.stream:
+		// The headers go out at once, before response.created, which can
+		// take minutes under load (keepalive events come meanwhile).
 		setSSEHeaders(w)
+		w.WriteHeader(http.StatusOK)
 		r.attach()
-		end := r.follow(ctx, w, 0, sc.dropAfter)
+		if http.NewResponseController(w).Flush() != nil {
+			r.detach(true, true)
+			return
+		}
+		limit := sc.dropAfter
+		if sc.errorAfter != noLimit && (limit == noLimit || sc.errorAfter < limit) {
+			limit = sc.errorAfter
+		}
+		end := r.follow(ctx, w, 0, limit)
+		if end == endCut && limit == sc.errorAfter && limit != sc.dropAfter {
+			// emu_error_after: an "error" event ends this stream; the
+			// response goes on (or fails, with emu_error_fail) on the
+			// server, and GET or resume tell which (BerriAI/litellm#39617).
+			end = writeErrorEvent(w, sc.errorAfter)
+			r.detach(true, true)
+			return
+		}
 		r.detach(end != endComplete, true)
 		if end == endCut {
 			cutConnection(w)
 		}
 	case cr.background:
 		// Answer as soon as the response exists for clients (response.created).
-		if !r.waitEvents(ctx, 1) {
+		if !r.waitCreated(ctx) {
 			return
 		}
 		r.mu.Lock()
@@ -87,6 +128,8 @@ func (h *Handler) newResponse(cr *createRequest, sc scenario) *response {
 	hexID := newID()
 	r := &response{
 		h:         h,
+		hexID:     hexID,
+		hosted:    sc.hosted,
 		id:        "resp_" + hexID,
 		msgID:     "msg_" + hexID,
 		mcpID:     "mcp_" + hexID,

@@ -40,9 +40,10 @@ func TestCreateBackgroundStreamWithTool(t *testing.T) {
 	srv, c := setup(t, Config{})
 	body := createBody("bg-tool", true, true, map[string]string{KeyTokens: "5", KeyToolMS: "10"})
 	body["tools"] = []any{
-		map[string]any{"type": "function", "name": "f"},
+		map[string]any{"type": "web_search"},
 		map[string]any{"type": "mcp", "server_label": "docs", "server_url": "https://mcp.example/", "require_approval": "never",
 			"allowed_tools": []string{"search_docs"}},
+		map[string]any{"type": "function", "name": "f"},
 	}
 	body["some_future_field"] = map[string]any{"x": 1}
 	evs, err := createStream(t, srv, c, body)
@@ -50,6 +51,7 @@ func TestCreateBackgroundStreamWithTool(t *testing.T) {
 		t.Fatalf("stream ended with %v", err)
 	}
 	want := []string{evCreated, evQueued, evInProgress,
+		evItemAdded, evListInProgress, evListCompleted, evItemDone,
 		evItemAdded, evMCPInProgress, evMCPArgsDelta, evMCPArgsDone, evMCPCompleted, evItemDone,
 		evItemAdded, evPartAdded}
 	want = append(want, repeat(evTextDelta, 5)...)
@@ -68,6 +70,12 @@ func TestCreateBackgroundStreamWithTool(t *testing.T) {
 		t.Fatalf("created: %+v", evs[0].Response)
 	}
 
+	list := evs[6].Item
+	if list == nil || list.Type != "mcp_list_tools" || list.ServerLabel != "docs" || evs[4].ItemID != list.ID ||
+		!strings.Contains(string(evs[6].Raw), `"tools":[{"name":"search_docs"`) || !strings.Contains(string(evs[3].Raw), `"tools":[]`) {
+		t.Fatalf("mcp_list_tools: added %s done %s", evs[3].Raw, evs[6].Raw)
+	}
+	evs = append(evs[:3:3], evs[7:]...) // the rest as before mcp_list_tools existed
 	tool := evs[8].Item
 	if tool == nil || tool.Type != "mcp_call" || tool.Name != "search_docs" || tool.ServerLabel != "docs" ||
 		tool.Status != statusCompleted || tool.Output == nil || tool.Error != nil || !json.Valid([]byte(tool.Arguments)) {
@@ -91,7 +99,7 @@ func TestCreateBackgroundStreamWithTool(t *testing.T) {
 
 	stored := getResponse(t, testCtx(t), c, srv, id)
 	if stored.Status != statusCompleted || stored.text() != text || !stored.Background || stored.Model != "gpt-test" ||
-		stored.Metadata["run_id"] != "bg-tool" || len(stored.Output) != 2 || stored.Object != "response" {
+		stored.Metadata["run_id"] != "bg-tool" || len(stored.Output) != 3 || stored.Object != "response" {
 		t.Fatalf("stored: %+v", stored)
 	}
 	checkUsage(t, stored.Usage, 5)
@@ -284,45 +292,64 @@ func TestCreateStatus(t *testing.T) {
 	}
 }
 
-func TestCreatedDelayHoldsHeadersAndCanBeCancelled(t *testing.T) {
+// TestCreatedDelaySendsHeadersThenKeepalives: under load the service sends
+// the 200 and the SSE headers at once, then keepalive events, then
+// response.created minutes later (BerriAI/litellm#39617). A cancel by id
+// (the response exists) still ends it, and response.created comes with
+// status cancelled.
+func TestCreatedDelaySendsHeadersThenKeepalives(t *testing.T) {
 	t.Parallel()
 	srv, c := setup(t, Config{})
 	ctx := testCtx(t)
-	type result struct {
-		resp *http.Response
-		err  error
+	resp := do(t, ctx, c, "POST", srv.BaseURL()+"responses",
+		createBody("late", true, true, map[string]string{KeyCreatedMS: "600000", KeyKeepaliveMS: "5"}))
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("headers: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	got := make(chan result, 1)
-	go func() {
-		data, _ := json.Marshal(createBody("late", true, true, map[string]string{KeyCreatedMS: "60000"}))
-		req, _ := http.NewRequestWithContext(ctx, "POST", srv.BaseURL()+"responses", strings.NewReader(string(data)))
-		req.Header.Set("api-key", testKey)
-		resp, err := c.Do(req)
-		got <- result{resp, err}
-	}()
-	waitFor(t, "the response to exist", func() bool { return len(srv.Records("late")) == 1 })
+	s := newSSEReader(resp.Body)
+	for i := 0; i < 3; i++ {
+		ev, err := s.next()
+		if err != nil || ev.Type != evKeepalive || ev.SequenceNumber == nil || *ev.SequenceNumber != i || ev.Response != nil {
+			t.Fatalf("event %d = %+v, %v; want keepalive %d", i, ev, err, i)
+		}
+	}
 	rec := srv.Records("late")[0]
-	if rec.Status != statusQueued || rec.Events != 0 {
+	if rec.Status != statusQueued {
 		t.Fatalf("record before created: %+v", rec)
 	}
-	select {
-	case r := <-got:
-		t.Fatalf("create answered before response.created: %+v", r)
-	default:
+	if got := cancelResp(t, srv, c, rec.ID, http.StatusOK); got.Status != statusCancelled {
+		t.Fatalf("cancel: %+v", got)
 	}
-	var cancelled wireResponse
-	readJSON(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses/"+rec.ID+"/cancel", nil), http.StatusOK, &cancelled)
-	if cancelled.Status != statusCancelled {
-		t.Fatalf("cancel: %+v", cancelled)
+	rest, err := s.rest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := <-got
-	if r.err != nil {
-		t.Fatal(r.err)
+	last := rest[len(rest)-1]
+	if last.Type != evCreated || last.Response.ID != rec.ID || last.Response.Status != statusCancelled {
+		t.Fatalf("stream after cancel: %v", types(rest))
 	}
-	evs, err := readAll(t, r.resp.Body)
-	if err != nil || len(evs) != 1 || evs[0].Type != evCreated || evs[0].Response.ID != rec.ID ||
-		evs[0].Response.Status != statusCancelled {
-		t.Fatalf("stream after cancel: %v %v", types(evs), err)
+	for _, ev := range rest[:len(rest)-1] {
+		if ev.Type != evKeepalive {
+			t.Fatalf("stream after cancel: %v", types(rest))
+		}
+	}
+	checkSeq(t, rest, 3)
+}
+
+// TestCreatedDelayBackgroundJSON: a background create without stream answers
+// with response.created's object, not with the first keepalive.
+func TestCreatedDelayBackgroundJSON(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	var r wireResponse
+	readJSON(t, do(t, testCtx(t), c, "POST", srv.BaseURL()+"responses",
+		createBody("late-json", true, false, map[string]string{KeyCreatedMS: "40", KeyKeepaliveMS: "5"})), http.StatusOK, &r)
+	if r.ID == "" || r.Status != statusQueued {
+		t.Fatalf("create: %+v", r)
+	}
+	if rec := record(t, srv, r.ID); rec.Events < 2 {
+		t.Fatalf("no keepalive before response.created: %+v", rec)
 	}
 }
 

@@ -19,20 +19,43 @@
 //	POST   /openai/v1/responses/{id}/cancel       cancel a background response
 //	DELETE /openai/v1/responses/{id}              forget a response (stops its generation)
 //	GET    /_emulator/stats                       Stats as JSON (no key needed)
+//	POST   /_emulator/throttle?for=D&retry_after=R answer every create 429 for D (GET: state, DELETE: end; no key)
 //
-// Other paths answer 404 and other methods on these paths 405, with the
-// error body below; an api-version query parameter is accepted and ignored.
+// The /openai/v1 routes are also served under the Foundry project form
+// /api/projects/{project}/openai/v1 (Server.ProjectBaseURL). Other paths
+// answer 404 and other methods on these paths 405, with the error body
+// below; an api-version query parameter is accepted and ignored.
 //
-// With Config.APIKey set, /openai/ routes need the "api-key" header or
-// "Authorization: Bearer <key>"; otherwise 401. Errors use the real body
-// shape {"error":{"message","type","param","code"}}.
+// With Config.APIKey set, the API routes need the "api-key" header or
+// "Authorization: Bearer <key>"; otherwise 401. With Config.EntraKeys they
+// also take an Entra ID bearer token (an RS256 JWT signed by one of the
+// keys, unexpired, whose aud is https://cognitiveservices.azure.com under
+// /openai/v1 and https://ai.azure.com under the project form); a refused
+// token gets the Azure gateway's 401 {"statusCode":401,"message":
+// "Unauthorized. Access token is missing, invalid, audience is incorrect
+// (...), or have expired."}. NewAuthority starts a local token endpoint
+// whose tokens these are, for azidentity. Errors use the real body shape
+// {"error":{"message","type","param","code"}}, and Foundry's own 400s add
+// "details".
 //
 // # Wire format
 //
 // SSE frames are "event: <type>\ndata: <json>\n\n"; every event has type
-// and sequence_number, 0, 1, 2, … per response. A response emits, in order:
-// response.created, response.queued (background only), response.in_progress;
-// for a tool call response.output_item.added (mcp_call),
+// and sequence_number, 0, 1, 2, … per response. A streamed create sends the
+// 200 and its headers at once. A response emits, in order: keepalive events
+// while response.created is held back (emu_created_ms); response.created,
+// response.queued (background only), response.in_progress; for every MCP
+// tool of the request an mcp_list_tools item (response.output_item.added,
+// response.mcp_list_tools.in_progress, .completed,
+// response.output_item.done); for a scripted tool call (emu_tool_ms) to the
+// first mcp or function tool of the request: a function tool gives a
+// function_call item (added, response.function_call_arguments.delta and
+// .done, done) and the response completes there; an MCP tool whose
+// require_approval is neither "never" nor a filter whose never list names
+// the tool (the default is "always") gives
+// an mcp_approval_request item (added, done) and the response completes
+// there, with no call and no text; otherwise (or with no tool in the
+// request) response.output_item.added (mcp_call),
 // response.mcp_call.in_progress, response.mcp_call_arguments.delta and .done,
 // response.mcp_call.completed or .failed, response.output_item.done; then the
 // message: response.output_item.added, response.content_part.added,
@@ -46,11 +69,22 @@
 //
 // # Semantics
 //
-//   - Exactly one of "model" or "agent_reference" (also "agent", the older
-//     preview name) {type:"agent_reference", name, version?} is required.
-//     Unknown fields are ignored; known fields are type-checked (400
-//     invalid_type). max_output_tokens must be >= 16, metadata at most 16
-//     pairs.
+//   - Exactly one of "model" or "agent_reference" {type:"agent_reference",
+//     name, version?} is required. The older name "agent" is refused with
+//     400 invalid_payload "The 'agent' property is deprecated. Use
+//     'agent_reference' instead." unless Config.AcceptDeprecatedAgentField.
+//     With an agent, instructions, tools, text, reasoning, temperature and
+//     top_p are refused: 400 invalid_payload "Not allowed when agent is
+//     specified." naming the field (details []), or "Invalid payload" with
+//     one details entry per field when there are several. An agent whose
+//     name starts with HostedAgentPrefix ("hosted-"), or emu_hosted_agent=1,
+//     is a hosted agent: background is dropped (background false, no
+//     response.queued, the response lives on its connection), GET shows it
+//     in_progress with no output for ever, resume answers 400 "Streaming is
+//     not enabled for this response" and cancel "Cannot cancel a
+//     synchronous response.". Unknown fields are ignored; known fields are
+//     type-checked (400 invalid_type). max_output_tokens must be >= 16,
+//     metadata at most 16 pairs, tools at most 128.
 //   - background:true needs store:true (400 otherwise). A background
 //     response is generated on the server whether or not a client is
 //     connected. A store:false response cannot be retrieved (404).
@@ -63,15 +97,21 @@
 //     created_at: "This response can no longer be streamed because it is
 //     more than 5 minutes old.").
 //   - Cancel works only on background responses (400 "Cannot cancel a
-//     synchronous response." otherwise), 404 for unknown ids, and returns a
-//     response already final unchanged (idempotent). It stops the generation
+//     synchronous response." otherwise), 404 for unknown ids. A cancelled
+//     response is returned unchanged (200, idempotent); a completed, failed
+//     or incomplete one is refused with 400 invalid_request_error, param
+//     response_id: "Cannot cancel a completed response.", "Cannot cancel a
+//     failed response.", "Cannot cancel a response in terminal state.". It stops the generation
 //     and any tool call in flight at once; the status becomes "cancelled"
 //     with the usage so far. No further event is emitted and no terminal
 //     event either (the protocol has no response.cancelled): streams end
 //     cleanly after the last event already sent, and the client learns the
 //     outcome from the cancel reply or GET. If the cancel arrives before
 //     response.created went out (emu_created_ms), response.created is still
-//     sent, already carrying status "cancelled".
+//     sent, after the keepalives, already carrying status "cancelled".
+//   - Throttle (or POST /_emulator/throttle) answers every create with 429
+//     rate_limit_exceeded, Retry-After (whole seconds) and Retry-After-Ms,
+//     and creates nothing, until it ends.
 //   - A foreground (background:false) response lives on its connection: when
 //     its client goes away, a tool call in flight runs to completion and the
 //     generation goes on until its next write, which fails (that token is
@@ -88,17 +128,26 @@
 //	|---|---|---|
 //	| emu_tokens | number of text tokens (response.output_text.delta events) to generate | Config.DefaultTokens (20) |
 //	| emu_token_ms | pause before each token (so also before the first), in ms | Config.DefaultTokenDelay (0) |
-//	| emu_tool_ms | one MCP tool call lasting this many ms before the text; server_label from the first "type":"mcp" tool of the request (else "emulator"), name from its allowed_tools (else "emulator_tool") | no tool call |
+//	| emu_tool_ms | one tool call lasting this many ms before the text, to the first mcp or function tool of the request (server_label from it, name from its allowed_tools, else "emulator_tool"; with no such tool: label "emulator"); a function tool or an MCP tool needing approval ends the response with a function_call or mcp_approval_request item instead | no tool call |
 //	| emu_tool_fail | 1: the tool call fails (response.mcp_call.failed, item status failed with an error object); the text follows | 0 |
-//	| emu_created_ms | pause before the first event (response.created); the response already exists server-side and can be cancelled by id; the create's HTTP headers are held back until then | 0 |
-//	| emu_fail_after | after this many events, emit response.failed (error code server_error) and stop | never |
+//	| emu_created_ms | pause before response.created; the 200 and the headers go out at once, keepalive events follow every emu_keepalive_ms; the response already exists server-side and can be cancelled by id | 0 |
+//	| emu_keepalive_ms | interval of the keepalive events during emu_created_ms (at most 1000 per response) | Config.KeepaliveInterval (30s) |
+//	| emu_fail_after | after this many events, emit response.failed (error code emu_fail_code) and stop | never |
+//	| emu_fail_code | the error code of emu_fail_after and emu_error_fail: server_error, rate_limit_exceeded, invalid_prompt, vector_store_timeout, bio_policy, invalid_image | server_error |
+//	| emu_error_after | end the create stream with an "error" event (code server_error, numbered like the next event, not in the log) after this many events; the response goes on and can be fetched or resumed | never |
+//	| emu_error_fail | 1 (with emu_error_after): the response fails at that point too (response.failed in the log, for resumers) | 0 |
+//	| emu_get_404_ms | GET, resume and cancel of the response answer 404 for this long after creation | 0 |
+//	| emu_hosted_agent | 1 (agent requests only): a hosted agent, see above; so is an agent named hosted-* | 0 |
 //	| emu_drop_after | cut the create stream's connection after this many events (no final chunk: the client sees an unexpected EOF); a background response goes on and can be resumed, a foreground one ends at its next write | never |
-//	| emu_create_status | answer the create with this HTTP status (400-599) and a real error body; 429 adds "Retry-After: 1"; no response is created | normal create |
+//	| emu_create_status | answer the create with this HTTP status (400-599) and a real error body; 429 adds "Retry-After: 1" and "Retry-After-Ms: 1000"; no response is created | normal create |
 //	| emu_complete_despite_cancel | 1: cancel answers "cancelled" but the generation goes on and the response ends "completed" (seen on Azure) | 0 |
 //
 // Invalid values get 400 naming the key. Generated text is deterministic:
 // words picked by a hash of the model or agent, instructions, input and
 // metadata, separated by spaces.
+//
+// Why each behaviour is the service's, with its source, is in the
+// documentation of package foundry.
 //
 // # Stats
 //

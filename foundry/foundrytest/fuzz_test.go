@@ -48,6 +48,11 @@ func FuzzHandler(f *testing.F) {
 		{"GET", "/_emulator/stats", ``, false},
 		{"GET", "/openai/v1/responses/resp_x?stream=true&stream=false", ``, true},
 		{"OPTIONS", "*", ``, true},
+		{"POST", "/api/projects/p/openai/v1/responses", `{"model":"m","stream":true,"background":true,"tools":[{"type":"mcp","server_label":"s","allowed_tools":["a","b"]},{"type":"function","name":"f"}],"metadata":{"emu_tool_ms":"1","emu_error_after":"3","emu_error_fail":"1","emu_fail_code":"rate_limit_exceeded"}}`, true},
+		{"POST", "/openai/v1/responses", `{"agent_reference":{"name":"hosted-a"},"stream":true,"background":true,"metadata":{"emu_created_ms":"20","emu_keepalive_ms":"1","emu_get_404_ms":"10"}}`, true},
+		{"POST", "/openai/v1/responses", `{"agent":{"name":"a"},"instructions":"x","temperature":1,"top_p":1}`, true},
+		{"POST", "/_emulator/throttle?for=1ms&retry_after=1ms", ``, false},
+		{"GET", "/api/projects/p/openai/v1/responses/{id}?stream=true", ``, true},
 	}
 	for _, s := range seeds {
 		f.Add(s.method, s.target, []byte(s.body), s.bearer)

@@ -36,7 +36,7 @@ func (g *generator) end() {
 
 func (g *generator) generate() {
 	r := g.r
-	if !g.wait(r.sc.createdDelay) {
+	if !g.createdWait() {
 		return
 	}
 	if !g.lifecycle(evCreated, "") {
@@ -49,13 +49,73 @@ func (g *generator) generate() {
 		return
 	}
 	index := 0
-	if r.sc.toolDelay != toolDisabled {
-		if !g.toolCall(index) {
+	for i := range r.req.mcpServers {
+		if !g.listTools(index, &r.req.mcpServers[i]) {
 			return
 		}
 		index++
 	}
+	if r.sc.toolDelay != toolDisabled {
+		call := r.req.call
+		switch {
+		case call == nil: // a scripted call with no tool in the request
+			if !g.toolCall(index, defaultServerLabel, defaultToolName) {
+				return
+			}
+			index++
+		case call.function:
+			// The model calls a function: the response ends waiting for its
+			// output, with no text.
+			if g.functionCall(index, call.name) {
+				g.finish(statusCompleted, evCompleted)
+			}
+			return
+		case call.approval:
+			// The MCP call needs approval: the response ends with the
+			// request, the call does not run, and no text follows.
+			if g.approvalRequest(index, call) {
+				g.finish(statusCompleted, evCompleted)
+			}
+			return
+		default:
+			if !g.toolCall(index, call.label, call.name) {
+				return
+			}
+			index++
+		}
+	}
 	g.message(index)
+}
+
+// maxKeepalives bounds the keepalive events of one response (a tiny
+// emu_keepalive_ms with a long emu_created_ms must not grow the log without
+// bound).
+const maxKeepalives = 1000
+
+// createdWait holds back response.created for emu_created_ms, sending a
+// keepalive event every keepalive interval meanwhile (the headers went out
+// at once): under load the service sends {"type":"keepalive"} frames about
+// every 30 s before a response.created that comes minutes later
+// (BerriAI/litellm#39617; openai/openai-node#1964).
+func (g *generator) createdWait() bool {
+	r := g.r
+	left := r.sc.createdDelay
+	for sent := 0; left > 0; sent++ {
+		step := min(left, r.sc.keepalive)
+		if sent >= maxKeepalives {
+			step = left // bounded: the rest of the wait is silent
+		}
+		if !g.wait(step) {
+			return false
+		}
+		left -= step
+		if left > 0 && !g.emit(evKeepalive, func(r *response, seq int) any {
+			return keepaliveEvent{Type: evKeepalive, SequenceNumber: seq}
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // wait pauses for d, or less if the response is stopped; it reports whether
@@ -99,7 +159,7 @@ func (g *generator) canEmitLocked() bool {
 		return false
 	case r.sc.failAfter >= 0 && len(r.ends) >= r.sc.failAfter:
 		r.finishLocked(statusFailed)
-		r.errObj = &errorDetail{Code: failedCode, Message: failedMessage}
+		r.errObj = &errorDetail{Code: r.sc.failCode, Message: failCodes[r.sc.failCode]}
 		r.appendEventLocked(evFailed, lifecycleEvent{Type: evFailed, SequenceNumber: r.seqLocked(), Response: r.snapshotLocked()})
 		r.stopLocked()
 		r.closeLogLocked()
@@ -137,18 +197,84 @@ func (g *generator) lifecycle(typ, status string) bool {
 	})
 }
 
-// toolCall runs the scripted MCP tool call as output item index.
-func (g *generator) toolCall(index int) bool {
+// toolArguments are the scripted call's arguments.
+func (r *response) toolArguments() string {
+	return fmt.Sprintf(`{"query":"%s %s"}`, word(r.seed, 1<<20), word(r.seed, 1<<20+1))
+}
+
+// listTools emits the mcp_list_tools item of an MCP server as output item
+// index: output_item.added, response.mcp_list_tools.in_progress and
+// .completed, output_item.done with the tools (OpenAI API reference,
+// streaming events; the service lists the tools of every MCP server of a
+// request before the model can call one).
+func (g *generator) listTools(index int, srv *mcpServer) bool {
+	id := fmt.Sprintf("mcpl_%s%02x", g.r.hexID, index)
+	var item *mcpListToolsItem
+	return g.emit(evItemAdded, func(r *response, seq int) any {
+		item = &mcpListToolsItem{ID: id, Type: "mcp_list_tools", ServerLabel: srv.label, Tools: []mcpToolInfo{}}
+		r.output = append(r.output, item)
+		c := *item
+		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: &c}
+	}) && g.emit(evListInProgress, func(r *response, seq int) any {
+		return mcpEvent{Type: evListInProgress, SequenceNumber: seq, ItemID: id, OutputIndex: index}
+	}) && g.emit(evListCompleted, func(r *response, seq int) any {
+		tools := make([]mcpToolInfo, len(srv.tools))
+		for i, name := range srv.tools {
+			tools[i] = mcpToolInfo{Name: name, Description: "Emulated MCP tool.", InputSchema: toolInputSchema}
+		}
+		item.Tools = tools // replaced, never changed in place: snapshots share it
+		return mcpEvent{Type: evListCompleted, SequenceNumber: seq, ItemID: id, OutputIndex: index}
+	}) && g.emit(evItemDone, func(r *response, seq int) any {
+		c := *item
+		return itemEvent{Type: evItemDone, SequenceNumber: seq, OutputIndex: index, Item: &c}
+	})
+}
+
+// toolInputSchema is the input schema of every emulated MCP tool.
+var toolInputSchema = []byte(`{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}`)
+
+// approvalRequest emits an mcp_approval_request item as output item index:
+// only output_item.added and .done (Azure.AI.AgentServer.Responses,
+// ResponseEventStream.OutputItemMcpApprovalRequest: "MCP approval requests
+// have no intermediate events").
+func (g *generator) approvalRequest(index int, call *toolCallTarget) bool {
+	item := &mcpApprovalItem{ID: "mcpr_" + g.r.hexID, Type: "mcp_approval_request", ServerLabel: call.label,
+		Name: call.name, Arguments: g.r.toolArguments()}
+	return g.emit(evItemAdded, func(r *response, seq int) any {
+		r.output = append(r.output, item)
+		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: item}
+	}) && g.emit(evItemDone, func(r *response, seq int) any {
+		return itemEvent{Type: evItemDone, SequenceNumber: seq, OutputIndex: index, Item: item}
+	})
+}
+
+// functionCall emits a function_call item as output item index: added,
+// response.function_call_arguments.delta and .done, done.
+func (g *generator) functionCall(index int, name string) bool {
 	r := g.r
-	args := fmt.Sprintf(`{"query":"%s %s"}`, word(r.seed, 1<<20), word(r.seed, 1<<20+1))
-	name := r.req.toolName
-	if name == "" {
-		name = defaultToolName
-	}
-	label := r.req.serverLabel
-	if label == "" {
-		label = defaultServerLabel
-	}
+	args := r.toolArguments()
+	id := "fc_" + r.hexID
+	return g.emit(evItemAdded, func(r *response, seq int) any {
+		r.fcall = &functionCallItem{ID: id, Type: "function_call", CallID: "call_" + r.hexID[:24], Name: name, Status: statusInProgress}
+		r.output = append(r.output, r.fcall)
+		c := *r.fcall
+		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: &c}
+	}) && g.emit(evFuncArgsDelta, func(r *response, seq int) any {
+		r.fcall.Arguments = args
+		return functionArgsDeltaEvent{Type: evFuncArgsDelta, SequenceNumber: seq, ItemID: id, OutputIndex: index, Delta: args}
+	}) && g.emit(evFuncArgsDone, func(r *response, seq int) any {
+		return functionArgsDoneEvent{Type: evFuncArgsDone, SequenceNumber: seq, ItemID: id, OutputIndex: index, Name: name, Arguments: args}
+	}) && g.emit(evItemDone, func(r *response, seq int) any {
+		r.fcall.Status = statusCompleted
+		c := *r.fcall
+		return itemEvent{Type: evItemDone, SequenceNumber: seq, OutputIndex: index, Item: &c}
+	})
+}
+
+// toolCall runs the scripted MCP tool call as output item index.
+func (g *generator) toolCall(index int, label, name string) bool {
+	r := g.r
+	args := r.toolArguments()
 	ok := g.emit(evItemAdded, func(r *response, seq int) any {
 		r.tool = &mcpCallItem{ID: r.mcpID, Type: "mcp_call", Name: name, ServerLabel: label, Status: statusInProgress}
 		r.toolIndex = index
@@ -245,6 +371,12 @@ func (g *generator) message(index int) {
 	if !ok {
 		return
 	}
+	g.finish(final, terminal)
+}
+
+// finish ends the response with status final and its terminal event.
+func (g *generator) finish(final, terminal string) {
+	r := g.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !g.canEmitLocked() {

@@ -20,11 +20,13 @@ type Handler struct {
 	mux   *http.ServeMux
 	stats counters
 
-	mu        sync.Mutex
-	closed    bool
-	responses map[string]*response
-	runs      map[string]*runInfo
-	lastSweep time.Time
+	mu            sync.Mutex
+	closed        bool
+	responses     map[string]*response
+	runs          map[string]*runInfo
+	lastSweep     time.Time
+	throttleUntil time.Time     // creates answer 429 until then (Throttle)
+	throttleRetry time.Duration // the wait they ask for
 
 	genWG sync.WaitGroup // generation goroutines
 	reqWG sync.WaitGroup // ServeHTTP calls in flight
@@ -49,23 +51,30 @@ func NewHandler(cfg Config) *Handler {
 		runs:      make(map[string]*runInfo),
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /openai/v1/responses", h.authed(h.handleCreate))
-	mux.HandleFunc("GET /openai/v1/responses/{id}", h.authed(h.handleGet))
-	mux.HandleFunc("DELETE /openai/v1/responses/{id}", h.authed(h.handleDelete))
-	mux.HandleFunc("POST /openai/v1/responses/{id}/cancel", h.authed(h.handleCancel))
+	// The same API under both endpoint forms: an Azure OpenAI resource and a
+	// Foundry project (which differ in the Entra ID audience they accept).
+	for _, base := range []string{"/openai/v1", "/api/projects/{project}/openai/v1"} {
+		mux.HandleFunc("POST "+base+"/responses", h.authed(h.handleCreate))
+		mux.HandleFunc("GET "+base+"/responses/{id}", h.authed(h.handleGet))
+		mux.HandleFunc("DELETE "+base+"/responses/{id}", h.authed(h.handleDelete))
+		mux.HandleFunc("POST "+base+"/responses/{id}/cancel", h.authed(h.handleCancel))
+	}
 	mux.HandleFunc("GET /_emulator/stats", h.handleStats)
+	mux.HandleFunc("/_emulator/throttle", h.handleThrottle)
 	mux.HandleFunc("/", h.handleUnknown)
 	h.mux = mux
 	return h
 }
 
-// ServeHTTP serves the emulator's routes:
+// ServeHTTP serves the emulator's routes, under /openai/v1 and under
+// /api/projects/{project}/openai/v1:
 //
 //	POST   /openai/v1/responses
 //	GET    /openai/v1/responses/{id}            (JSON, or SSE with ?stream=true[&starting_after=N])
 //	POST   /openai/v1/responses/{id}/cancel
 //	DELETE /openai/v1/responses/{id}
 //	GET    /_emulator/stats                     (Stats as JSON; never needs the key)
+//	POST   /_emulator/throttle?for=D&retry_after=R (see Throttle; GET, DELETE too; no key)
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.mu.Lock()
 	if h.closed {
@@ -106,40 +115,58 @@ func (h *Handler) Close() {
 // waitRequests waits for the ServeHTTP calls in flight.
 func (h *Handler) waitRequests() { h.reqWG.Wait() }
 
-// authed wraps next with the API key check.
+// authed wraps next with the credential check.
 func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if !h.authorized(req) {
-			errUnauthorized().write(w)
+		if aerr := h.authorize(req); aerr != nil {
+			aerr.write(w)
 			return
 		}
 		next(w, req)
 	}
 }
 
-// authorized accepts "api-key: <key>" or "Authorization: Bearer <key>".
-func (h *Handler) authorized(req *http.Request) bool {
+// authorize accepts "api-key: <key>" or "Authorization: Bearer <key>" with
+// Config.APIKey, and with Config.EntraKeys a bearer token for the audience of
+// the request's endpoint form. It returns the 401 to answer otherwise.
+func (h *Handler) authorize(req *http.Request) *apiError {
 	key := h.cfg.APIKey
-	if key == "" {
-		return true
+	entra := len(h.cfg.EntraKeys) > 0
+	if key == "" && !entra {
+		return nil
 	}
-	if got := req.Header.Get("Api-Key"); got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(key)) == 1 {
-		return true
+	if got := req.Header.Get("Api-Key"); key != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(key)) == 1 {
+		return nil
 	}
 	auth := req.Header.Get("Authorization")
 	const bearer = "Bearer "
+	var tok string
 	if len(auth) > len(bearer) && strings.EqualFold(auth[:len(bearer)], bearer) {
-		return subtle.ConstantTimeCompare([]byte(auth[len(bearer):]), []byte(key)) == 1
+		tok = auth[len(bearer):]
 	}
-	return false
+	if tok != "" && key != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(key)) == 1 {
+		return nil
+	}
+	if entra {
+		aud := audienceFor(req.URL.Path)
+		if tok != "" && checkEntraToken(tok, h.cfg.EntraKeys, aud, h.cfg.Clock()) {
+			return nil
+		}
+		if tok != "" || key == "" {
+			return errTokenRejected(aud)
+		}
+	}
+	return errUnauthorized()
 }
 
 // handleUnknown answers paths and methods the emulator does not serve.
 func (h *Handler) handleUnknown(w http.ResponseWriter, req *http.Request) {
 	p := req.URL.Path
-	if strings.HasPrefix(p, "/openai/") && !h.authorized(req) {
-		errUnauthorized().write(w)
-		return
+	if strings.HasPrefix(p, "/openai/") || strings.HasPrefix(p, "/api/projects/") {
+		if aerr := h.authorize(req); aerr != nil {
+			aerr.write(w)
+			return
+		}
 	}
 	known := knownRoute(p)
 	if known {
@@ -155,6 +182,13 @@ func (h *Handler) handleUnknown(w http.ResponseWriter, req *http.Request) {
 // knownRoute reports whether p is one of the emulator's /responses paths
 // (so that a wrong method gets 405 rather than 404).
 func knownRoute(p string) bool {
+	if project, ok := strings.CutPrefix(p, "/api/projects/"); ok {
+		name, rest, found := strings.Cut(project, "/")
+		if !found || name == "" {
+			return false
+		}
+		p = "/" + rest
+	}
 	rest, ok := strings.CutPrefix(p, "/openai/v1/responses")
 	switch {
 	case !ok:
@@ -276,6 +310,7 @@ func (h *Handler) Stats() Stats {
 	st := Stats{
 		ResponsesCreated:                  s.created.Load(),
 		CreatesRejected:                   s.rejected.Load(),
+		CreatesThrottled:                  s.throttled.Load(),
 		CancelsReceived:                   s.cancels.Load(),
 		ResponsesCancelled:                s.cancelled.Load(),
 		TokensGenerated:                   s.tokens.Load(),

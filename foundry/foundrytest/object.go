@@ -66,6 +66,42 @@ type mcpCallItem struct {
 	ApprovalRequestID *string   `json:"approval_request_id"`
 }
 
+// mcpListToolsItem is an output item of type "mcp_list_tools".
+type mcpListToolsItem struct {
+	ID          string        `json:"id"`
+	Type        string        `json:"type"`
+	ServerLabel string        `json:"server_label"`
+	Tools       []mcpToolInfo `json:"tools"`
+	Error       *string       `json:"error"`
+}
+
+// mcpToolInfo is one tool of an mcp_list_tools item.
+type mcpToolInfo struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+	Annotations *struct{}       `json:"annotations"`
+}
+
+// mcpApprovalItem is an output item of type "mcp_approval_request".
+type mcpApprovalItem struct {
+	ID          string `json:"id"`
+	Type        string `json:"type"`
+	ServerLabel string `json:"server_label"`
+	Name        string `json:"name"`
+	Arguments   string `json:"arguments"`
+}
+
+// functionCallItem is an output item of type "function_call".
+type functionCallItem struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Status    string `json:"status"`
+}
+
 // mcpError is mcp_call.error in the object form of the current spec
 // (McpToolCallErrorUnion: mcp_protocol_error | mcp_tool_execution_error |
 // http_error); the emulator sends an mcp_protocol_error.
@@ -160,6 +196,40 @@ type mcpArgsDeltaEvent struct {
 	Delta          string `json:"delta"`
 }
 
+// keepaliveEvent is the undocumented {"type":"keepalive","sequence_number"}.
+type keepaliveEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+}
+
+// errorEvent is the "error" stream event (flat: code, message, param).
+type errorEvent struct {
+	Type           string  `json:"type"`
+	SequenceNumber int     `json:"sequence_number"`
+	Code           *string `json:"code"`
+	Message        string  `json:"message"`
+	Param          *string `json:"param"`
+}
+
+// functionArgsDeltaEvent is response.function_call_arguments.delta.
+type functionArgsDeltaEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	Delta          string `json:"delta"`
+}
+
+// functionArgsDoneEvent is response.function_call_arguments.done.
+type functionArgsDoneEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	Name           string `json:"name"`
+	Arguments      string `json:"arguments"`
+}
+
 type mcpArgsDoneEvent struct {
 	Type           string `json:"type"`
 	SequenceNumber int    `json:"sequence_number"`
@@ -187,6 +257,12 @@ const (
 	evMCPArgsDone     = "response.mcp_call_arguments.done"
 	evMCPCompleted    = "response.mcp_call.completed"
 	evMCPFailed       = "response.mcp_call.failed"
+	evListInProgress  = "response.mcp_list_tools.in_progress"
+	evListCompleted   = "response.mcp_list_tools.completed"
+	evFuncArgsDelta   = "response.function_call_arguments.delta"
+	evFuncArgsDone    = "response.function_call_arguments.done"
+	evKeepalive       = "keepalive"
+	evError           = "error"
 	statusQueued      = "queued"
 	statusInProgress  = "in_progress"
 	statusCompleted   = "completed"

@@ -14,6 +14,7 @@ import (
 type createRequest struct {
 	model        string
 	agentField   string          // "agent_reference" or "agent" when an agent is referenced
+	agentName    string          // the agent's name
 	agentRaw     json.RawMessage // echoed in the response object
 	input        json.RawMessage
 	instructions *string
@@ -23,8 +24,26 @@ type createRequest struct {
 	store        bool
 	metadata     map[string]string
 	maxOutput    int // 0: no limit
-	serverLabel  string
-	toolName     string
+	// mcpServers are the MCP tools, in request order: each gets an
+	// mcp_list_tools output item.
+	mcpServers []mcpServer
+	// call is the tool a scripted call (emu_tool_ms) uses: the first mcp or
+	// function tool of the request; nil without one.
+	call *toolCallTarget
+}
+
+// mcpServer is one "type":"mcp" tool of a request.
+type mcpServer struct {
+	label string
+	tools []string // allowed_tools names (at most maxListedTools), else the default tool
+}
+
+// toolCallTarget is what a scripted tool call calls.
+type toolCallTarget struct {
+	function bool   // a function tool: the response ends with a function_call item
+	label    string // mcp: the server label
+	name     string // the tool or function name
+	approval bool   // mcp: require_approval asks for approval of this call
 }
 
 // Metadata limits of the real API.
@@ -33,7 +52,33 @@ const (
 	maxMetadataKey   = 64
 	maxMetadataValue = 512
 	minOutputTokens  = 16
+	// maxTools is the longest tools array accepted (OpenAI's documented
+	// limit of 128 tools); it also bounds the output items tools can cause.
+	maxTools = 128
+	// maxListedTools bounds the tool names one mcp_list_tools item lists.
+	maxListedTools = 128
 )
+
+// agentRefusedFields are the request fields Foundry refuses next to an agent
+// reference, in the order the emulator reports them: 400 invalid_payload
+// "Not allowed when agent is specified." (tools: microsoft/agent-framework
+// issue #5130; temperature and top_p, with one details entry each under
+// "Invalid payload": microsoft/agent-framework issue #2573; instructions,
+// text and reasoning: the same answer reported by Foundry users).
+var agentRefusedFields = []string{"instructions", "tools", "text", "reasoning", "temperature", "top_p"}
+
+// notAllowedWithAgent is the service's message for agentRefusedFields.
+const notAllowedWithAgent = "Not allowed when agent is specified."
+
+// agentDeprecated is the service's answer to the old "agent" field
+// (MicrosoftLearning/mslearn-ai-agents issues #157 and #193: 400
+// invalid_payload, param "agent", details []).
+const agentDeprecated = "The 'agent' property is deprecated. Use 'agent_reference' instead."
+
+// parseOptions are the Config settings parseCreate depends on.
+type parseOptions struct {
+	acceptAgentField bool // Config.AcceptDeprecatedAgentField
+}
 
 // jsonKind names the JSON type of raw the way the API's error messages do.
 func jsonKind(raw json.RawMessage) string {
@@ -98,8 +143,13 @@ func decodeBool(fields map[string]json.RawMessage, name string, def bool) (bool,
 	return b, nil
 }
 
-// parseCreate decodes and validates a create body.
+// parseCreate decodes and validates a create body with the default options.
 func parseCreate(body []byte) (*createRequest, *apiError) {
+	return parseCreateOpts(body, parseOptions{})
+}
+
+// parseCreateOpts decodes and validates a create body.
+func parseCreateOpts(body []byte, opts parseOptions) (*createRequest, *apiError) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return nil, invalidRequest("", "",
@@ -130,12 +180,25 @@ func parseCreate(body []byte) (*createRequest, *apiError) {
 		}
 		req.agentField, req.agentRaw = name, raw
 	}
+	if req.agentField == "agent" && !opts.acceptAgentField {
+		return nil, invalidPayload("agent", agentDeprecated)
+	}
 	switch {
 	case hasModel && req.agentField != "":
 		return nil, invalidRequest("model", "invalid_value",
 			"Invalid request: provide exactly one of 'model' or '%s', not both.", req.agentField)
 	case !hasModel && req.agentField == "":
 		return nil, missingParam("model")
+	}
+	if req.agentField != "" {
+		var ref struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(req.agentRaw, &ref)
+		req.agentName = ref.Name
+		if aerr := checkAgentConflicts(fields); aerr != nil {
+			return nil, aerr
+		}
 	}
 
 	if raw, ok := fields["input"]; ok && !isNull(raw) {
@@ -217,7 +280,31 @@ func checkAgent(field string, raw json.RawMessage) *apiError {
 	return nil
 }
 
-// parseTools checks tools[] and remembers the first MCP tool.
+// checkAgentConflicts refuses the fields an agent reference does not allow:
+// one field gets "Not allowed when agent is specified." naming it, several
+// get "Invalid payload" with one details entry each, as the service answers.
+func checkAgentConflicts(fields map[string]json.RawMessage) *apiError {
+	var bad []string
+	for _, f := range agentRefusedFields {
+		if raw, ok := fields[f]; ok && !isNull(raw) {
+			bad = append(bad, f)
+		}
+	}
+	switch len(bad) {
+	case 0:
+		return nil
+	case 1:
+		return invalidPayload(bad[0], notAllowedWithAgent)
+	}
+	e := invalidPayload("", "Invalid payload")
+	for _, f := range bad {
+		e.details = append(e.details, payloadDetail{Code: "ValidationError", Message: notAllowedWithAgent, Param: f, Type: "error"})
+	}
+	return e
+}
+
+// parseTools checks tools[], remembers the MCP tools and the first tool a
+// scripted call can call (mcp or function).
 func (req *createRequest) parseTools(fields map[string]json.RawMessage) *apiError {
 	raw, ok := fields["tools"]
 	if !ok || isNull(raw) {
@@ -225,6 +312,11 @@ func (req *createRequest) parseTools(fields map[string]json.RawMessage) *apiErro
 	}
 	if jsonKind(raw) != "an array" || json.Unmarshal(raw, &req.tools) != nil {
 		return invalidType("tools", "an array", raw)
+	}
+	if len(req.tools) > maxTools {
+		return invalidRequest("tools", "array_above_max_length",
+			"Invalid 'tools': array too long. Expected an array with maximum length %d, but got an array with length %d instead.",
+			maxTools, len(req.tools))
 	}
 	for i, t := range req.tools {
 		param := fmt.Sprintf("tools[%d]", i)
@@ -239,38 +331,85 @@ func (req *createRequest) parseTools(fields map[string]json.RawMessage) *apiErro
 		if !ok {
 			return missingParam(param + ".type")
 		}
-		if typ != "mcp" {
-			continue
-		}
-		label, ok, aerr := decodeString(tool, "server_label")
-		if aerr != nil {
-			return invalidType(param+".server_label", "a string", tool["server_label"])
-		}
-		if !ok || label == "" {
-			return missingParam(param + ".server_label")
-		}
-		if req.serverLabel == "" {
-			req.serverLabel = label
-			req.toolName = firstAllowedTool(tool["allowed_tools"])
+		switch typ {
+		case "function":
+			name, ok, aerr := decodeString(tool, "name")
+			if aerr != nil {
+				return invalidType(param+".name", "a string", tool["name"])
+			}
+			if !ok || name == "" {
+				return missingParam(param + ".name")
+			}
+			if req.call == nil {
+				req.call = &toolCallTarget{function: true, name: name}
+			}
+		case "mcp":
+			label, ok, aerr := decodeString(tool, "server_label")
+			if aerr != nil {
+				return invalidType(param+".server_label", "a string", tool["server_label"])
+			}
+			if !ok || label == "" {
+				return missingParam(param + ".server_label")
+			}
+			names := allowedTools(tool["allowed_tools"])
+			if len(names) == 0 {
+				names = []string{defaultToolName}
+			}
+			req.mcpServers = append(req.mcpServers, mcpServer{label: label, tools: names})
+			if req.call == nil {
+				req.call = &toolCallTarget{label: label, name: names[0],
+					approval: needsApproval(tool["require_approval"], names[0])}
+			}
 		}
 	}
 	return nil
 }
 
-// firstAllowedTool returns the first name of an allowed_tools list or
-// filter, or "".
-func firstAllowedTool(raw json.RawMessage) string {
+// allowedTools returns the names of an allowed_tools list or filter (at
+// most maxListedTools), or nil.
+func allowedTools(raw json.RawMessage) []string {
 	var names []string
-	if json.Unmarshal(raw, &names) == nil && len(names) > 0 {
-		return names[0]
+	if json.Unmarshal(raw, &names) != nil || len(names) == 0 {
+		var filter struct {
+			ToolNames []string `json:"tool_names"`
+		}
+		if json.Unmarshal(raw, &filter) != nil {
+			return nil
+		}
+		names = filter.ToolNames
+	}
+	out := make([]string, 0, min(len(names), maxListedTools))
+	for _, n := range names {
+		if n != "" && len(out) < maxListedTools {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// needsApproval reports whether a call of tool name needs approval under an
+// MCP tool's require_approval: only "never", or a filter whose "never" list
+// names the tool, lets it run; the default is "always" (OpenAI API reference,
+// MCP tool require_approval; Microsoft Learn, "Azure OpenAI Responses API",
+// MCP approvals).
+func needsApproval(raw json.RawMessage, name string) bool {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s != "never"
 	}
 	var filter struct {
-		ToolNames []string `json:"tool_names"`
+		Never *struct {
+			ToolNames []string `json:"tool_names"`
+		} `json:"never"`
 	}
-	if json.Unmarshal(raw, &filter) == nil && len(filter.ToolNames) > 0 {
-		return filter.ToolNames[0]
+	if json.Unmarshal(raw, &filter) == nil && filter.Never != nil {
+		for _, n := range filter.Never.ToolNames {
+			if n == name {
+				return false
+			}
+		}
 	}
-	return ""
+	return true
 }
 
 // parseMetadata checks the metadata map against the real API's limits.

@@ -24,7 +24,16 @@ func TestParseCreate(t *testing.T) {
 		{"minimal", `{"model":"m"}`, "", ""},
 		{"unknown fields are ignored", `{"model":"m","temperature":0.2,"reasoning":{"effort":"low"},"x":[1]}`, "", ""},
 		{"agent_reference", `{"agent_reference":{"type":"agent_reference","name":"a"},"input":[]}`, "", ""},
-		{"agent (preview name)", `{"agent":{"type":"agent_reference","name":"a","version":"1"}}`, "", ""},
+		{"agent (deprecated name)", `{"agent":{"type":"agent_reference","name":"a","version":"1"}}`, "agent", "invalid_payload"},
+		{"agent with metadata", `{"agent_reference":{"name":"a"},"metadata":{"k":"v"},"max_output_tokens":64,"store":true,"input":"x"}`, "", ""},
+		{"agent with instructions", `{"agent_reference":{"name":"a"},"instructions":"be brief"}`, "instructions", "invalid_payload"},
+		{"agent with tools", `{"agent_reference":{"name":"a"},"tools":[{"type":"mcp","server_label":"x"}]}`, "tools", "invalid_payload"},
+		{"agent with text", `{"agent_reference":{"name":"a"},"text":{"format":{"type":"text"}}}`, "text", "invalid_payload"},
+		{"agent with reasoning", `{"agent_reference":{"name":"a"},"reasoning":{"effort":"low"}}`, "reasoning", "invalid_payload"},
+		{"agent with null instructions", `{"agent_reference":{"name":"a"},"instructions":null}`, "", ""},
+		{"agent with temperature and top_p", `{"agent_reference":{"name":"a"},"temperature":0.2,"top_p":1}`, "", "invalid_payload"},
+		{"function without name", `{"model":"m","tools":[{"type":"function"}]}`, "tools[0].name", "missing_required_parameter"},
+		{"too many tools", `{"model":"m","tools":[` + strings.TrimSuffix(strings.Repeat(`{"type":"web_search"},`, 129), ",") + `]}`, "tools", "array_above_max_length"},
 		{"nulls are absent", `{"model":"m","instructions":null,"tools":null,"metadata":null,"max_output_tokens":null,"stream":null}`, "", ""},
 		{"no model", `{"input":"x"}`, "model", "missing_required_parameter"},
 		{"empty model", `{"model":""}`, "model", "invalid_value"},
@@ -81,7 +90,49 @@ func TestParseCreateDefaultsAndTools(t *testing.T) {
 	if aerr != nil {
 		t.Fatal(aerr)
 	}
-	if !req.store || req.background || req.stream || req.serverLabel != "first" || req.toolName != "lookup" || len(req.tools) != 3 {
+	if !req.store || req.background || req.stream || len(req.tools) != 3 || len(req.mcpServers) != 2 ||
+		req.call == nil || req.call.label != "first" || req.call.name != "lookup" || !req.call.approval {
 		t.Fatalf("%+v", req)
+	}
+	if s := req.mcpServers[1]; s.label != "second" || len(s.tools) != 1 || s.tools[0] != defaultToolName {
+		t.Fatalf("second server %+v", s)
+	}
+}
+
+// TestAgentFieldRefusals checks the bodies of Foundry's refusals: one
+// conflicting field names it, several get details, the old "agent" field is
+// deprecated unless the emulator is told to accept it.
+func TestAgentFieldRefusals(t *testing.T) {
+	t.Parallel()
+	_, aerr := parseCreate([]byte(`{"agent_reference":{"name":"a"},"tools":[{"type":"mcp","server_label":"x"}]}`))
+	if aerr == nil || aerr.message != "Not allowed when agent is specified." || aerr.param != "tools" ||
+		aerr.typ != "invalid_request_error" || aerr.details == nil || len(aerr.details) != 0 {
+		t.Fatalf("tools: %+v", aerr)
+	}
+	_, aerr = parseCreate([]byte(`{"agent_reference":{"name":"a"},"temperature":0.2,"top_p":1}`))
+	if aerr == nil || aerr.message != "Invalid payload" || aerr.param != "" || len(aerr.details) != 2 ||
+		aerr.details[0].Param != "temperature" || aerr.details[1].Param != "top_p" || aerr.details[1].Message != "Not allowed when agent is specified." {
+		t.Fatalf("several: %+v", aerr)
+	}
+	_, aerr = parseCreate([]byte(`{"agent":{"type":"agent_reference","name":"a"}}`))
+	if aerr == nil || aerr.message != "The 'agent' property is deprecated. Use 'agent_reference' instead." || aerr.param != "agent" {
+		t.Fatalf("agent: %+v", aerr)
+	}
+	req, aerr := parseCreateOpts([]byte(`{"agent":{"type":"agent_reference","name":"a"}}`), parseOptions{acceptAgentField: true})
+	if aerr != nil || req.agentField != "agent" || req.agentName != "a" {
+		t.Fatalf("accepted agent: %+v %v", req, aerr)
+	}
+}
+
+func TestNeedsApproval(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]bool{
+		``: true, `null`: true, `"always"`: true, `"never"`: false, `"Never"`: true,
+		`{"never":{"tool_names":["lookup"]}}`: false, `{"never":{"tool_names":["other"]}}`: true,
+		`{"always":{"tool_names":["lookup"]}}`: true, `{"never":{"read_only":true}}`: true,
+	} {
+		if got := needsApproval([]byte(raw), "lookup"); got != want {
+			t.Errorf("require_approval %s: needsApproval = %v, want %v", raw, got, want)
+		}
 	}
 }

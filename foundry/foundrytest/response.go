@@ -13,6 +13,8 @@ import (
 type response struct {
 	h           *Handler
 	id          string
+	hexID       string // the id's hex part, shared by the item ids
+	hosted      bool   // a hosted agent: background ignored, GET stuck in_progress, no resume
 	msgID       string
 	mcpID       string
 	runID       string
@@ -44,6 +46,7 @@ type response struct {
 	msgIndex    int
 	partAdded   bool
 	tool        *mcpCallItem
+	fcall       *functionCallItem
 	toolIndex   int
 	toolRunning bool
 	text        []byte
@@ -150,6 +153,9 @@ func (r *response) markOpenItemsLocked(s string) {
 	if r.tool != nil && r.tool.Status == statusInProgress {
 		r.tool.Status = s
 	}
+	if r.fcall != nil && r.fcall.Status == statusInProgress {
+		r.fcall.Status = s
+	}
 }
 
 // messageLocked is a copy of the message item with its text so far.
@@ -211,14 +217,34 @@ func (r *response) snapshotLocked() *responseObject {
 		obj.CompletedAt = &t
 	}
 	for _, it := range r.output {
-		switch it.(type) {
+		switch it := it.(type) {
 		case *messageItem:
 			obj.Output = append(obj.Output, r.messageLocked())
 		case *mcpCallItem:
 			obj.Output = append(obj.Output, r.toolLocked())
+		case *mcpListToolsItem:
+			c := *it
+			obj.Output = append(obj.Output, &c)
+		case *functionCallItem:
+			c := *it
+			obj.Output = append(obj.Output, &c)
+		default: // immutable items (mcp_approval_request)
+			obj.Output = append(obj.Output, it)
 		}
 	}
 	return obj
+}
+
+// hostedSnapshot is what GET shows of a hosted agent's response: stuck at
+// in_progress with no output, even after the agent completed
+// (Azure/azure-sdk-for-python#46015).
+func (r *response) hostedSnapshot() json.RawMessage {
+	r.mu.Lock()
+	obj := r.snapshotLocked()
+	r.mu.Unlock()
+	obj.Status, obj.Output, obj.Usage, obj.CompletedAt, obj.Error, obj.IncompleteDetails = statusInProgress, []any{}, nil, nil, nil, nil
+	data, _ := json.Marshal(obj)
+	return data
 }
 
 // snapshot is snapshotLocked encoded as JSON.
@@ -299,6 +325,28 @@ func (r *response) waitEvents(ctx context.Context, n int) bool {
 	for {
 		r.mu.Lock()
 		if len(r.ends) >= n || r.closed {
+			r.mu.Unlock()
+			return true
+		}
+		if r.wake == nil {
+			r.wake = make(chan struct{})
+		}
+		wake := r.wake
+		r.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// waitCreated waits until response.created was emitted (keepalives may come
+// first) or the log is complete; false if ctx ended first.
+func (r *response) waitCreated(ctx context.Context) bool {
+	for {
+		r.mu.Lock()
+		if r.createdObj != nil || r.closed {
 			r.mu.Unlock()
 			return true
 		}

@@ -13,7 +13,7 @@ import (
 func (h *Handler) handleGet(w http.ResponseWriter, req *http.Request) {
 	id := req.PathValue("id")
 	r := h.lookup(id)
-	if r == nil {
+	if r == nil || r.notYetVisible() {
 		notFound(id).write(w)
 		return
 	}
@@ -29,6 +29,10 @@ func (h *Handler) handleGet(w http.ResponseWriter, req *http.Request) {
 		stream = b
 	}
 	if !stream {
+		if r.hosted {
+			writeJSON(w, http.StatusOK, r.hostedSnapshot())
+			return
+		}
 		writeJSON(w, http.StatusOK, r.snapshot())
 		return
 	}
@@ -43,6 +47,11 @@ func (h *Handler) handleGet(w http.ResponseWriter, req *http.Request) {
 		from = int(n) + 1
 	}
 	switch {
+	case r.hosted:
+		// Azure/azure-sdk-for-python#46015 (the wire code and param are not
+		// reported there; those of the other stream refusals are used).
+		invalidRequest("stream", "", "Streaming is not enabled for this response").write(w)
+		return
 	case !r.req.background:
 		invalidRequest("stream", "", "This response cannot be streamed because it was not created with background=true.").write(w)
 		return
@@ -55,9 +64,18 @@ func (h *Handler) handleGet(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	setSSEHeaders(w)
+	w.WriteHeader(http.StatusOK)
 	r.attach()
 	end := r.follow(req.Context(), w, from, -1)
 	r.detach(end != endComplete, false)
+}
+
+// notYetVisible reports whether the response is inside its emu_get_404_ms
+// window: on Azure's /openai/v1, GET right after a streamed create answered
+// 404 for up to 32.7 s, then 200 (dotnet/extensions#7704); the emulator
+// answers GET, resume and cancel with 404 for that long after creation.
+func (r *response) notYetVisible() bool {
+	return r.sc.get404 > 0 && r.h.cfg.Clock().Sub(r.createdAt) < r.sc.get404
 }
 
 // humanDuration writes d the way the API's messages do: "5 minutes".

@@ -1,9 +1,21 @@
 package foundrytest
 
 import (
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
+
+// failCodeList is the accepted emu_fail_code values, sorted, for messages.
+func failCodeList() string {
+	codes := make([]string, 0, len(failCodes))
+	for c := range failCodes {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	return strings.Join(codes, ", ")
+}
 
 // Metadata keys that script a response (see the package doc). Values are
 // decimal strings, as metadata values are strings.
@@ -27,7 +39,41 @@ const (
 	// KeyCompleteDespiteCancel, set to 1, lets the response complete after an
 	// accepted cancel.
 	KeyCompleteDespiteCancel = "emu_complete_despite_cancel"
+	// KeyKeepaliveMS is the interval of the keepalive events sent while
+	// response.created is held back (emu_created_ms).
+	KeyKeepaliveMS = "emu_keepalive_ms"
+	// KeyGet404MS makes GET, resume and cancel of the response answer 404
+	// for that many milliseconds after it was created.
+	KeyGet404MS = "emu_get_404_ms"
+	// KeyErrorAfter ends the create stream with an "error" event after that
+	// many events; the response goes on.
+	KeyErrorAfter = "emu_error_after"
+	// KeyErrorFail, set to 1 with KeyErrorAfter, makes the response fail at
+	// that point too.
+	KeyErrorFail = "emu_error_fail"
+	// KeyFailCode is the error code of the failure emu_fail_after or
+	// emu_error_fail cause (default server_error).
+	KeyFailCode = "emu_fail_code"
+	// KeyHostedAgent, set to 1 on an agent request, makes the agent a hosted
+	// agent (as does an agent name starting with HostedAgentPrefix).
+	KeyHostedAgent = "emu_hosted_agent"
 )
+
+// HostedAgentPrefix marks agent names the emulator treats as Foundry hosted
+// agents, which ignore background (see KeyHostedAgent).
+const HostedAgentPrefix = "hosted-"
+
+// failCodes are the response error codes emu_fail_code accepts, with the
+// message the failure carries: the ResponseError codes of the OpenAI API
+// reference.
+var failCodes = map[string]string{
+	"server_error":         failedMessage,
+	"rate_limit_exceeded":  "Rate limit reached for this deployment. Please try again later.",
+	"invalid_prompt":       "Invalid prompt: your prompt was flagged as potentially violating our usage policy.",
+	"vector_store_timeout": "The vector store search timed out.",
+	"bio_policy":           "This request was blocked by a safety policy.",
+	"invalid_image":        "The image is invalid.",
+}
 
 const (
 	defaultToolName    = "emulator_tool"
@@ -47,6 +93,11 @@ type scenario struct {
 	createStatus          int // 0, or the HTTP status answered to the create
 	toolFail              bool
 	completeDespiteCancel bool
+	keepalive             time.Duration // interval of keepalives before response.created
+	get404                time.Duration // GET/resume/cancel answer 404 this long after creation
+	errorAfter            int           // noLimit, or the number of events before the create stream's error event
+	failCode              string        // the code of a scripted failure
+	hosted                bool          // a hosted agent: background is ignored
 }
 
 // parseScenario reads the emu_* keys of md; defaults come from cfg.
@@ -57,6 +108,9 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 		toolDelay:  toolDisabled,
 		failAfter:  noLimit,
 		dropAfter:  noLimit,
+		errorAfter: noLimit,
+		keepalive:  cfg.KeepaliveInterval,
+		failCode:   failedCode,
 	}
 	var aerr *apiError
 	intKey := func(key string, max int64, set func(int64)) {
@@ -83,8 +137,34 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 	intKey(KeyCreateStatus, 599, func(n int64) { sc.createStatus = int(n) })
 	intKey(KeyToolFail, 1, func(n int64) { sc.toolFail = n == 1 })
 	intKey(KeyCompleteDespiteCancel, 1, func(n int64) { sc.completeDespiteCancel = n == 1 })
+	intKey(KeyKeepaliveMS, maxMS, func(n int64) { sc.keepalive = ms(n) })
+	intKey(KeyGet404MS, maxMS, func(n int64) { sc.get404 = ms(n) })
+	intKey(KeyErrorAfter, 1<<31-1, func(n int64) { sc.errorAfter = int(n) })
+	var errorFail bool
+	intKey(KeyErrorFail, 1, func(n int64) { errorFail = n == 1 })
+	intKey(KeyHostedAgent, 1, func(n int64) { sc.hosted = n == 1 })
 	if aerr != nil {
 		return scenario{}, aerr
+	}
+	if v, ok := md[KeyFailCode]; ok {
+		if _, known := failCodes[v]; !known {
+			return scenario{}, invalidRequest("metadata."+KeyFailCode, "invalid_value",
+				"Invalid value for 'metadata.%s': %q. The emulator expects one of %s.", KeyFailCode, v, failCodeList())
+		}
+		sc.failCode = v
+	}
+	if sc.keepalive <= 0 {
+		return scenario{}, invalidRequest("metadata."+KeyKeepaliveMS, "invalid_value",
+			"Invalid value for 'metadata.%s': the keepalive interval must be at least 1 ms.", KeyKeepaliveMS)
+	}
+	if errorFail {
+		if sc.errorAfter == noLimit {
+			return scenario{}, invalidRequest("metadata."+KeyErrorFail, "invalid_value",
+				"Invalid value for 'metadata.%s': it needs '%s'.", KeyErrorFail, KeyErrorAfter)
+		}
+		if sc.failAfter == noLimit || sc.failAfter > sc.errorAfter {
+			sc.failAfter = sc.errorAfter
+		}
 	}
 	if sc.createStatus != 0 && sc.createStatus < 400 {
 		return scenario{}, invalidRequest("metadata."+KeyCreateStatus, "invalid_value",

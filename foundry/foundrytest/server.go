@@ -47,8 +47,19 @@ func NewServer(cfg Config) *Server {
 // URL is the server's root, e.g. "http://127.0.0.1:40123".
 func (s *Server) URL() string { return s.url }
 
-// BaseURL is the v1 API base URL: URL()+"/openai/v1/".
+// BaseURL is the v1 API base URL of the Azure OpenAI resource form:
+// URL()+"/openai/v1/".
 func (s *Server) BaseURL() string { return s.url + "/openai/v1/" }
+
+// ProjectBaseURL is the v1 API base URL of the Foundry project form:
+// URL()+"/api/projects/"+project+"/openai/v1/". Both forms serve the same
+// responses; with Config.EntraKeys they want tokens for different audiences.
+func (s *Server) ProjectBaseURL(project string) string {
+	return s.url + "/api/projects/" + project + "/openai/v1/"
+}
+
+// Throttle makes creates answer 429 for d; see Handler.Throttle.
+func (s *Server) Throttle(d, retryAfter time.Duration) { s.h.Throttle(d, retryAfter) }
 
 // Handler is the emulator behind the server.
 func (s *Server) Handler() *Handler { return s.h }

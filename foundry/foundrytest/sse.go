@@ -2,6 +2,7 @@ package foundrytest
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -36,8 +37,7 @@ func appendDeltaFrame(dst []byte, seq int, itemID string, outputIndex int, seed 
 	return append(dst, "\",\"logprobs\":[]}\n\n"...)
 }
 
-// setSSEHeaders prepares w for an event stream. Nothing is sent before the
-// first frame, so a create delayed by emu_created_ms holds back its headers.
+// setSSEHeaders prepares w for an event stream.
 func setSSEHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
@@ -98,9 +98,6 @@ func (r *response) follow(ctx context.Context, w http.ResponseWriter, from, limi
 			i = n
 			continue
 		case complete:
-			if !wrote {
-				w.WriteHeader(http.StatusOK)
-			}
 			if rc.Flush() != nil {
 				return endGone
 			}
@@ -128,6 +125,21 @@ func (r *response) follow(ctx context.Context, w http.ResponseWriter, from, limi
 			return endGone
 		}
 	}
+}
+
+// writeErrorEvent ends a stream with an "error" event numbered seq (the
+// number of the log's next event; it is not in the log) and reports how the
+// write went.
+func writeErrorEvent(w http.ResponseWriter, seq int) followEnd {
+	code := failedCode
+	data, _ := json.Marshal(errorEvent{Type: evError, SequenceNumber: seq, Code: &code, Message: failedMessage})
+	if _, err := w.Write(appendFrame(nil, evError, data)); err != nil {
+		return endGone
+	}
+	if http.NewResponseController(w).Flush() != nil {
+		return endGone
+	}
+	return endComplete
 }
 
 // cutConnection ends the HTTP exchange abruptly, as a network failure would:

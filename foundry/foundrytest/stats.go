@@ -16,6 +16,9 @@ type Stats struct {
 	// CreatesRejected counts creates answered with an error status
 	// (validation, authentication excluded, or emu_create_status).
 	CreatesRejected int64 `json:"creates_rejected"`
+	// CreatesThrottled counts creates answered 429 by a Throttle (they are
+	// counted in CreatesRejected too).
+	CreatesThrottled int64 `json:"creates_throttled"`
 	// CancelsReceived counts POST /responses/{id}/cancel requests, whatever
 	// their outcome.
 	CancelsReceived int64 `json:"cancels_received"`
@@ -60,6 +63,7 @@ type Stats struct {
 type counters struct {
 	created               atomic.Int64
 	rejected              atomic.Int64
+	throttled             atomic.Int64
 	cancels               atomic.Int64
 	cancelled             atomic.Int64
 	tokens                atomic.Int64
