@@ -196,6 +196,8 @@ func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.Cance
 		switch {
 		case err == nil:
 			reply.UpstreamStatus = resp.Status
+		case st.CreateStartedAt != nil && foundry.NotYetVisible(err, time.Since(*st.CreateStartedAt)):
+			// Not visible yet right after a streamed create: the owner retries.
 		case isNotFound(err):
 			reply.UpstreamStatus = "not_found"
 		default:
@@ -327,6 +329,14 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 			return
 		}
 	}
+	if r.isForeground() {
+		// A foreground response cannot be cancelled (the service refuses):
+		// closing its stream is what stops it. Its final status is unknown.
+		upStop()
+		<-readerDone
+		r.finishCancelled(reason, nil, reachUnknown)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.hard, r.w.cfg.CancelConfirmTimeout)
 	defer cancel()
 	resp, err := r.cancelUpstream(ctx, id)
@@ -378,7 +388,7 @@ func (r *run) cancelUpstream(ctx context.Context, id string) (*foundry.Response,
 			r.log.Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
 			return nil, err
 		}
-		sleep(ctx, backoff)
+		sleep(ctx, retryDelay(err, backoff))
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }

@@ -48,6 +48,12 @@ type Config struct {
 	// ShutdownTimeout bounds the hand-off of in-flight runs when Run's
 	// context ends. Default 15s.
 	ShutdownTimeout time.Duration
+	// ForegroundPollTimeout bounds how long a run polls a response Foundry
+	// runs in the foreground (hosted agents ignore background) after its
+	// stream broke: such a response cannot be re-attached to, and its GET
+	// may say in_progress for ever. Then the run ends stream_lost.
+	// Default 1m.
+	ForegroundPollTimeout time.Duration
 	// PollWait is how long one pull request waits for jobs. Default 1s.
 	PollWait time.Duration
 	// RetryDelay is the delay before a job whose upstream call failed with a
@@ -91,6 +97,9 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 15 * time.Second
 	}
+	if c.ForegroundPollTimeout == 0 {
+		c.ForegroundPollTimeout = time.Minute
+	}
 	if c.PollWait == 0 {
 		c.PollWait = time.Second
 	}
@@ -120,6 +129,9 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("shutdown timeout must not be negative, got %s", c.ShutdownTimeout))
+	}
+	if c.ForegroundPollTimeout < 0 {
+		errs = append(errs, fmt.Errorf("foreground poll timeout must not be negative, got %s", c.ForegroundPollTimeout))
 	}
 	if c.PollWait < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("poll wait must be at least 100ms, got %s", c.PollWait))

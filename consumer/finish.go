@@ -10,17 +10,6 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 )
 
-// Error codes of run.failed events and dead letters that the worker itself
-// decides (Foundry's own codes pass through as they are).
-const (
-	codeUpstreamError     = "upstream_error"     // Foundry refused the create, or could not be reached
-	codeUpstreamLost      = "upstream_lost"      // a create may have started a response whose id never arrived
-	codeAttemptsExhausted = "attempts_exhausted" // every permitted attempt failed
-	codeDuplicateRunID    = "duplicate_run_id"   // dead letter only: a different request under a used run id
-	codeStateUnreadable   = "state_unreadable"   // the run's state record could not be decoded
-	codeInternal          = "internal_error"     // the worker could not store the run's events
-)
-
 // finish ends the run: every queued event is stored, the end is recorded in
 // the state bucket (finishRun), then the terminal event is stored with the
 // seq the record names, then the job is acked. A failure between two steps
@@ -120,42 +109,57 @@ func (r *run) finishCancelled(reason string, resp *foundry.Response, how reach) 
 // failUpstream ends or retries a run whose upstream work failed.
 func (r *run) failUpstream(out outcome) {
 	r.w.m.upstreamErrors.WithLabelValues(out.op).Inc()
-	if out.op == opState {
+	switch {
+	case out.op == opState:
 		// NATS, not Foundry, failed: not the run's fault.
 		r.log.Warn().Err(out.err).Msg("the state bucket could not be written; the job will be retried")
 		r.release("")
 		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
-		return
+	case out.rateLimited:
+		// Not a failed attempt: the service asked to wait (the worker's
+		// create limiter holds back the other creates meanwhile).
+		delay := retryDelay(out.err, r.w.cfg.RetryDelay)
+		r.log.Info().Dur("retry_in", delay).Msg("create refused for rate limits; the job will be retried")
+		r.release("")
+		_ = r.msg.NakWithDelay(delay)
+	case out.streamLost:
+		r.log.Error().Err(out.err).Msg("foreground response lost; the run fails")
+		r.failRun(events.CodeStreamLost, out.err.Error(), true, false)
+	case retryable(out.err):
+		r.failAttempt(out.err, out.op, true)
+	default:
+		code := events.CodeUpstreamError
+		if errors.Is(out.err, foundry.ErrAuth) {
+			code = events.CodeAuthError
+		}
+		r.log.Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
+		r.cancelAbandoned()
+		r.failRun(code, out.err.Error(), false, out.noResponse)
 	}
-	if retryable(out.err) {
-		r.failAttempt(out.err.Error(), out.op, true)
-		return
-	}
-	r.log.Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
-	r.cancelAbandoned()
-	r.failRun(codeUpstreamError, out.err.Error(), out.noResponse)
 }
 
-// failAttempt counts a failed attempt: the job is retried after a delay,
-// unless this was the last permitted attempt, which ends the run.
-func (r *run) failAttempt(why, op string, upstream bool) {
+// failAttempt counts a failed attempt: the job is retried after a delay
+// (the one the service asked for, or RetryDelay × failures), unless this
+// was the last permitted attempt, which ends the run.
+func (r *run) failAttempt(cause error, op string, upstream bool) {
 	st := r.lastState()
+	why := cause.Error()
 	if st.Failures+1 >= r.w.maxFailures() {
-		r.log.Error().Str("op", op).Str("error", why).Int("failures", st.Failures+1).Msg("last permitted attempt failed; the run fails")
+		r.log.Error().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("last permitted attempt failed; the run fails")
 		r.cancelAbandoned()
-		code := codeAttemptsExhausted
+		code := events.CodeAttemptsExhausted
 		if !upstream {
-			code = codeInternal
+			code = events.CodeInternal
 		}
-		r.failRun(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true)
+		r.failRun(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true, true)
 		return
 	}
-	r.log.Warn().Str("op", op).Str("error", why).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
+	r.log.Warn().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
 	if err := r.rel.flush(r.hard); err != nil && !upstream {
 		r.log.Warn().Err(err).Msg("flush events before the retry")
 	}
 	r.release(why)
-	_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay * time.Duration(st.Failures+1))
+	_ = r.msg.NakWithDelay(retryDelay(cause, r.w.cfg.RetryDelay*time.Duration(st.Failures+1)))
 }
 
 // giveUp ends a run whose failed attempts are used up (workers that
@@ -167,13 +171,13 @@ func (r *run) giveUp() {
 		r.setResponseID(st.ResponseID, time.Now())
 		r.cancelAbandoned()
 	}
-	r.failRun(codeAttemptsExhausted, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures, st.LastError), true)
+	r.failRun(events.CodeAttemptsExhausted, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures, st.LastError), true, true)
 }
 
 // failInvalid ends a run whose request can never run.
 func (r *run) failInvalid(err error) {
 	r.log.Warn().Err(err).Msg("invalid run request; dead-lettered")
-	r.failRun(events.CodeInvalidRequest, err.Error(), true)
+	r.failRun(events.CodeInvalidRequest, err.Error(), false, true)
 	_ = r.msg.TermWithReason("invalid request")
 }
 
@@ -193,7 +197,7 @@ func (r *run) endLost(cause error) {
 		msg += " (" + cause.Error() + ")"
 	}
 	r.log.Error().Err(cause).Msg("upstream response lost; the run fails")
-	r.failRun(codeUpstreamLost, msg, true)
+	r.failRun(events.CodeUpstreamLost, msg, false, true)
 }
 
 // cancelReason reports whether the run is being cancelled (a cancel on
@@ -210,14 +214,14 @@ func (r *run) cancelReason() (string, bool) {
 	return reasonOf(cause), true
 }
 
-// failRun ends the run as run.failed with the worker's own code; with
-// dead, the request is copied to the dead-letter stream first.
-func (r *run) failRun(code, message string, dead bool) {
+// failRun ends the run as run.failed with the worker's own code, saying
+// whether a new run of the same request may succeed; with dead, the request
+// is copied to the dead-letter stream first.
+func (r *run) failRun(code, message string, retryable, dead bool) {
 	if dead {
 		r.w.deadLetter(r.hard, r.msg, r.id, code, message)
 	}
-	r.finish(events.RunEvent{Type: events.TypeRunFailed, ResponseID: r.currentResponseID(),
-		Error: &events.Error{Code: code, Message: truncateText(message)}}, -1, "")
+	r.finish(failedWith(r.currentResponseID(), code, retryable, message), -1, "")
 }
 
 // refuseReused dead-letters a request under a run id that belongs to a run
@@ -225,7 +229,7 @@ func (r *run) failRun(code, message string, dead bool) {
 func (r *run) refuseReused(st events.RunState) {
 	msg := fmt.Sprintf("run id %s already belongs to a run with a different request (status %s); the request was not run", r.id, st.Status)
 	r.log.Warn().Str("status", string(st.Status)).Msg("run id reused by a different request; dead-lettered")
-	r.w.deadLetter(r.hard, r.msg, r.id, codeDuplicateRunID, msg)
+	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeDuplicateRunID, msg)
 	_ = r.msg.TermWithReason("run id reused")
 }
 
@@ -238,12 +242,12 @@ func (r *run) failCorrupt(cause error) {
 	}
 	r.log.Error().Err(cause).Msg("the run's state record is unreadable; the run fails")
 	msg := "the run's state record could not be read: " + cause.Error()
-	r.w.deadLetter(r.hard, r.msg, r.id, codeStateUnreadable, msg)
+	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeStateUnreadable, msg)
 	if err := r.rel.flush(r.hard); err != nil {
 		return
 	}
-	end := events.RunEvent{RunID: r.id, Seq: r.rel.nextSeq(), Type: events.TypeRunFailed, Time: time.Now().UTC(),
-		Error: &events.Error{Code: codeStateUnreadable, Message: truncateText(msg)}}
+	end := failedWith("", events.CodeStateUnreadable, false, msg)
+	end.RunID, end.Seq, end.Time = r.id, r.rel.nextSeq(), time.Now().UTC()
 	if err := r.w.states.Replace(r.hard, failCorrupt(r.id, r.owner, end, end.Time), rev); err != nil {
 		r.log.Error().Err(err).Msg("replace the unreadable state record; the job will be delivered again")
 		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
@@ -306,6 +310,10 @@ func (r *run) lostOwnership(out outcome) {
 // most until shortly before the shutdown timeout; without an id by then the
 // run ends as endLost does.
 func (r *run) handoff(readerDone <-chan outcome, upStop context.CancelFunc) {
+	if r.isForeground() {
+		r.endForeground(readerDone, upStop)
+		return
+	}
 	if r.currentResponseID() == "" && r.wasCreateSent() {
 		wait := time.NewTimer(time.Until(r.w.handoffDeadline()))
 		defer wait.Stop()
@@ -329,6 +337,25 @@ func (r *run) handoff(readerDone <-chan outcome, upStop context.CancelFunc) {
 	}
 	upStop()
 	r.concludeHandoff(<-readerDone)
+}
+
+// endForeground stops a foreground response's run at shutdown: it cannot be
+// handed off (no other worker can re-attach to it), so it is relayed until
+// shortly before the shutdown timeout; if it has not ended by then its
+// stream is closed, which stops a foreground response, and the run fails
+// stream_lost.
+func (r *run) endForeground(readerDone <-chan outcome, upStop context.CancelFunc) {
+	wait := time.NewTimer(time.Until(r.w.handoffDeadline()))
+	defer wait.Stop()
+	select {
+	case out := <-readerDone:
+		r.conclude(out)
+	case <-wait.C:
+		upStop()
+		<-readerDone
+		r.failRun(events.CodeStreamLost, "the worker shut down before the response ended; a response that runs in the foreground "+
+			"(hosted agents ignore background) cannot be handed to another worker, and closing its stream stopped it", true, false)
+	}
 }
 
 // concludeHandoff ends a run the reader finished during shutdown, or

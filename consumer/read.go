@@ -24,6 +24,8 @@ type outcome struct {
 	err               error             // the reader stopped without an end
 	op                string            // what failed: create, resume, get, or state (the state bucket)
 	noResponse        bool              // no response exists upstream (the create was refused, or never sent)
+	rateLimited       bool              // the create was refused for rate limits (not a failed attempt)
+	streamLost        bool              // a foreground response could not be followed to its end
 	lost              bool              // a create may have started a response whose id is unknown
 	lostOwnership     bool              // the run's record says another worker owns the run
 }
@@ -52,9 +54,8 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 			if ctx.Err() != nil {
 				return outcome{err: context.Cause(ctx), op: "resume", upstreamSeq: -1}
 			}
-			r.log.Info().Err(err).Str("response_id", id).Msg("cannot re-attach to the stream; polling the response")
 			r.w.m.runsStarted.WithLabelValues("polled").Inc()
-			return r.poll(ctx, id)
+			return r.cannotResume(ctx, id, err)
 		}
 		r.w.m.runsStarted.WithLabelValues("resumed").Inc()
 	} else {
@@ -78,12 +79,17 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 			// whose id we will never learn.
 			return outcome{err: fmt.Errorf("stream ended before the response id was known: %w", out.err), op: "create", lost: true, upstreamSeq: -1}
 		}
+		if r.isForeground() {
+			// Not a background response: it cannot be re-attached to.
+			return r.cannotResume(ctx, id, fmt.Errorf("%w: %w", foundry.ErrStreamingNotEnabled, out.err))
+		}
 		// A stream also ends without a terminal event when the response was
-		// cancelled by someone else; and a stream that keeps breaking is not
-		// worth re-attaching to. Both are settled by polling.
+		// cancelled by someone else, and an error event does not say whether
+		// the response goes on; a stream that keeps breaking is not worth
+		// re-attaching to. All are settled by asking Foundry, then polling.
 		if resp, err := r.w.up.Get(ctx, id); (err == nil && resp.Terminal()) || breaks > maxStreamBreaks {
 			r.log.Info().Err(out.err).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
-			return r.poll(ctx, id)
+			return r.poll(ctx, id, 0)
 		}
 		r.log.Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
 		var err error
@@ -92,8 +98,7 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 			if ctx.Err() != nil {
 				return outcome{err: context.Cause(ctx), upstreamSeq: -1}
 			}
-			r.log.Info().Err(err).Str("response_id", id).Msg("cannot re-attach to the stream; polling the response")
-			return r.poll(ctx, id)
+			return r.cannotResume(ctx, id, err)
 		}
 	}
 }
@@ -104,6 +109,17 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 // with an HTTP error started nothing, and the mark is cleared; any other
 // failure leaves it (the response may exist).
 func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Stream, outcome) {
+	deployment := deploymentOf(req)
+	probe, err := r.w.limiter.wait(ctx, r.ctx, deployment)
+	if err != nil {
+		return nil, outcome{err: err, noResponse: true, upstreamSeq: -1}
+	}
+	sent := false
+	defer func() {
+		if !sent {
+			r.w.limiter.done(deployment, probe, false, 0) // let the next create test the gate
+		}
+	}()
 	if r.ctx.Err() != nil {
 		return nil, outcome{err: context.Cause(r.ctx), noResponse: true, upstreamSeq: -1}
 	}
@@ -118,11 +134,14 @@ func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Strea
 		return nil, outcome{err: context.Cause(r.ctx), noResponse: true, upstreamSeq: -1}
 	}
 	r.markCreateSent()
+	sent = true
 	s, err := r.w.up.Create(ctx, createRequest(req, r.id))
+	limited := errors.Is(err, foundry.ErrRateLimited)
+	r.w.limiter.done(deployment, probe, limited, retryDelay(err, 0))
 	if err != nil {
 		if createAnswered(err) {
 			r.clearCreate()
-			return nil, outcome{err: fmt.Errorf("create response: %w", err), op: "create", noResponse: true, upstreamSeq: -1}
+			return nil, outcome{err: fmt.Errorf("create response: %w", err), op: "create", noResponse: true, rateLimited: limited, upstreamSeq: -1}
 		}
 		return nil, outcome{err: fmt.Errorf("create response: %w", err), op: "create", lost: true, upstreamSeq: -1}
 	}
@@ -142,15 +161,15 @@ func (r *run) clearCreate() {
 // createAnswered reports whether a failed create certainly started no
 // response: the service answered with an HTTP error (a streamed create is
 // answered 200 as soon as the response exists; failures after that arrive
-// as stream events), the request was refused before it was sent, or the
-// connection was never made.
+// as stream events), the request was refused before it was sent (invalid,
+// or no Entra ID token for it), or the connection was never made.
 func createAnswered(err error) bool {
 	var apiErr *foundry.APIError
 	if errors.As(err, &apiErr) && apiErr.StatusCode >= 400 {
 		return true
 	}
-	if errors.Is(err, foundry.ErrInvalidRequest) {
-		return true
+	if errors.Is(err, foundry.ErrInvalidRequest) || errors.Is(err, foundry.ErrAuth) {
+		return true // refused before sending, or no token to send it with
 	}
 	var opErr *net.OpError
 	return errors.As(err, &opErr) && opErr.Op == "dial"
@@ -168,9 +187,14 @@ func (r *run) stateOutcome(err error) outcome {
 }
 
 // saveResponseID records the response id durably (knowResponse, retried
-// until it lands), then announces it with run.started.
-func (r *run) saveResponseID(id string, seq int64) (outcome, bool) {
+// until it lands), then announces it with run.started. A response Foundry
+// runs in the foreground (hosted agents ignore background) is announced as
+// such.
+func (r *run) saveResponseID(id string, seq int64, foreground bool) (outcome, bool) {
 	r.setResponseID(id, time.Now())
+	if foreground {
+		r.setForeground()
+	}
 	if _, err := r.persist("save the response id", func(s *events.RunState, _ bool) error {
 		return knowResponse(s, r.owner, id)
 	}); err != nil {
@@ -181,7 +205,11 @@ func (r *run) saveResponseID(id string, seq int64) (outcome, bool) {
 		}
 		return r.stateOutcome(err), false
 	}
-	r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, seq)
+	started := events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}
+	if foreground {
+		started.Background = new(bool)
+	}
+	r.rel.add(started, seq)
 	return outcome{}, true
 }
 
@@ -231,7 +259,7 @@ func (r *run) resume(ctx context.Context, id string, after int64) (*foundry.Stre
 		} else if !retryable(err) {
 			return nil, err
 		}
-		sleep(ctx, time.Duration(250<<min(attempt, 3))*time.Millisecond)
+		sleep(ctx, retryDelay(err, time.Duration(250<<min(attempt, 3))*time.Millisecond))
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -244,59 +272,31 @@ func (r *run) resume(ctx context.Context, id string, after int64) (*foundry.Stre
 func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bool) {
 	for s.Next() {
 		ev := s.Event()
+		if ev.Type == foundry.EventKeepalive {
+			continue // no state; its number is not part of the replay
+		}
 		seq := int64(-1)
-		if ev.HasSeq {
+		if ev.HasSeq && ev.Type != foundry.EventError {
 			if ev.SequenceNumber <= *last {
 				continue // replayed by a resume: already relayed
 			}
 			seq = ev.SequenceNumber
 			*last = seq
 		}
-		switch ev.Type {
-		case "response.created", "response.queued", "response.in_progress":
-			if ev.Response == nil || ev.Response.ID == "" {
-				continue
+		st := translate(ev)
+		if st.responseID != "" && r.currentResponseID() == "" {
+			if out, ok := r.saveResponseID(st.responseID, seq, st.foreground); !ok {
+				return out, true
 			}
-			if r.currentResponseID() == "" {
-				if out, ok := r.saveResponseID(ev.Response.ID, seq); !ok {
-					return out, true
-				}
-			}
-			if ev.Response.Status == "cancelled" {
-				return outcome{cancelledUpstream: ev.Response, upstreamSeq: seq}, true
-			}
-		case "response.output_text.delta":
-			if ev.Delta != "" {
-				r.rel.add(events.RunEvent{Type: events.TypeTextDelta, Text: ev.Delta}, seq)
-			}
-		case "response.output_item.added":
-			if ev.Item != nil && ev.Item.Type == "mcp_call" {
-				r.rel.add(events.RunEvent{Type: events.TypeToolStarted, Tool: toolOf(ev.Item)}, seq)
-			}
-		case "response.output_item.done":
-			if ev.Item != nil && ev.Item.Type == "mcp_call" {
-				if ev.Item.Error != "" || ev.Item.Status == "failed" {
-					msg := ev.Item.Error
-					if msg == "" {
-						msg = "tool call failed"
-					}
-					r.rel.add(events.RunEvent{Type: events.TypeToolFailed, Tool: toolOf(ev.Item), Error: &events.Error{Code: "tool_error", Message: msg}}, seq)
-				} else {
-					r.rel.add(events.RunEvent{Type: events.TypeToolCompleted, Tool: toolOf(ev.Item)}, seq)
-				}
-			}
-		case "response.completed", "response.incomplete", "response.failed", "response.cancelled":
-			if ev.Response == nil {
-				continue
-			}
-			if ev.Response.Status == "cancelled" {
-				return outcome{cancelledUpstream: ev.Response, upstreamSeq: seq}, true
-			}
-			term := terminalOf(ev.Response)
-			return outcome{terminal: &term, upstreamSeq: seq, upstreamStatus: ev.Response.Status}, true
-		case "error":
-			term := events.RunEvent{Type: events.TypeRunFailed, Error: &events.Error{Code: orDefault(ev.Code, "upstream_error"), Message: ev.Message}}
-			return outcome{terminal: &term, upstreamSeq: seq, upstreamStatus: "failed"}, true
+		}
+		if st.emit != nil {
+			r.rel.add(*st.emit, seq)
+		}
+		if st.end != nil {
+			return endOutcome(st.end, seq), true
+		}
+		if st.streamErr != nil {
+			return outcome{err: st.streamErr, upstreamSeq: -1}, false
 		}
 	}
 	err := s.Err()
@@ -306,12 +306,40 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 	return outcome{err: err, upstreamSeq: -1}, false
 }
 
-// poll follows a response that can no longer be streamed (the resume window
-// passed) until it ends, then publishes the text not yet published and the
-// terminal event.
-func (r *run) poll(ctx context.Context, id string) outcome {
+// endOutcome is the outcome of a response that ended (endOf).
+func endOutcome(resp *foundry.Response, upstreamSeq int64) outcome {
+	ev, cancelled := endOf(resp)
+	if cancelled {
+		return outcome{cancelledUpstream: resp, upstreamSeq: upstreamSeq}
+	}
+	return outcome{terminal: &ev, upstreamSeq: upstreamSeq, upstreamStatus: resp.Status}
+}
+
+// cannotResume settles a response whose stream cannot be re-attached to:
+// past the resume window it is polled to its end; a foreground response
+// (hosted agents ignore background: resume answers "Streaming is not enabled
+// for this response" and GET may stay in_progress for ever) is polled for
+// at most ForegroundPollTimeout, then the run ends stream_lost.
+func (r *run) cannotResume(ctx context.Context, id string, err error) outcome {
+	if errors.Is(err, foundry.ErrStreamingNotEnabled) || errors.Is(err, foundry.ErrNotBackground) {
+		r.setForeground()
+		r.log.Warn().Err(err).Str("response_id", id).Msg("the response runs in the foreground and cannot be re-attached to; polling it for a while")
+		return r.poll(ctx, id, r.w.cfg.ForegroundPollTimeout)
+	}
+	r.log.Info().Err(err).Str("response_id", id).Msg("cannot re-attach to the stream; polling the response")
+	return r.poll(ctx, id, 0)
+}
+
+// poll follows a response that can no longer be streamed until it ends (or,
+// with a limit > 0, for at most that long), then publishes the text not yet
+// published and the terminal event.
+func (r *run) poll(ctx context.Context, id string, limit time.Duration) outcome {
 	backoff := 500 * time.Millisecond
 	failures := 0
+	var deadline time.Time
+	if limit > 0 {
+		deadline = time.Now().Add(limit)
+	}
 	for {
 		resp, err := r.w.up.Get(ctx, id)
 		switch {
@@ -329,7 +357,11 @@ func (r *run) poll(ctx context.Context, id string) outcome {
 				return outcome{err: fmt.Errorf("get response %s: %w", id, err), op: "get", upstreamSeq: -1}
 			}
 		}
-		sleep(ctx, backoff)
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return outcome{err: fmt.Errorf("response %s runs in the foreground, its stream broke and it cannot be re-attached to; "+
+				"it did not end within %s", id, limit), op: "get", streamLost: true, upstreamSeq: -1}
+		}
+		sleep(ctx, retryDelay(err, backoff))
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
@@ -349,41 +381,7 @@ func (r *run) publishRest(ctx context.Context, resp *foundry.Response) outcome {
 	} else if resp.OutputText != published {
 		r.log.Warn().Int("published", len(published)).Int("upstream", len(resp.OutputText)).Msg("published text is not a prefix of the upstream text; nothing more published")
 	}
-	if resp.Status == "cancelled" {
-		return outcome{cancelledUpstream: resp, upstreamSeq: -1}
-	}
-	term := terminalOf(resp)
-	return outcome{terminal: &term, upstreamSeq: -1, upstreamStatus: resp.Status}
-}
-
-func terminalOf(resp *foundry.Response) events.RunEvent {
-	switch resp.Status {
-	case "completed", "incomplete":
-		return events.RunEvent{
-			Type: events.TypeRunCompleted, ResponseID: resp.ID, Status: resp.Status,
-			IncompleteReason: resp.IncompleteReason, Usage: usageOf(resp.Usage),
-		}
-	default:
-		e := &events.Error{Code: "upstream_failed", Message: "Foundry reported status " + resp.Status}
-		if resp.Error != nil {
-			e = &events.Error{Code: orDefault(resp.Error.Code, "upstream_failed"), Message: resp.Error.Message}
-		}
-		return events.RunEvent{Type: events.TypeRunFailed, ResponseID: resp.ID, Error: e}
-	}
-}
-
-func toolOf(it *foundry.OutputItem) *events.Tool {
-	return &events.Tool{Type: "mcp", Name: it.Name, ServerLabel: it.ServerLabel, CallID: it.ID}
-}
-
-func usageOf(u *foundry.Usage) *events.Usage {
-	if u == nil {
-		return nil
-	}
-	return &events.Usage{
-		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, TotalTokens: u.TotalTokens,
-		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens,
-	}
+	return endOutcome(resp, -1)
 }
 
 func createRequest(req events.RunRequest, runID string) foundry.CreateRequest {
@@ -407,6 +405,25 @@ func createRequest(req events.RunRequest, runID string) foundry.CreateRequest {
 	return cr
 }
 
+// deploymentOf names the Foundry deployment a request goes to, for the
+// create limiter: a model deployment or an agent.
+func deploymentOf(req events.RunRequest) string {
+	if req.Agent != nil {
+		return "agent:" + req.Agent.Name
+	}
+	return "model:" + req.Model
+}
+
+// retryDelay is the wait the service asked for in a 429 or 5xx answer
+// (Retry-After-Ms, Retry-After), or fallback.
+func retryDelay(err error, fallback time.Duration) time.Duration {
+	var apiErr *foundry.APIError
+	if errors.As(err, &apiErr) && apiErr.RetryAfter > 0 {
+		return min(apiErr.RetryAfter, 5*time.Minute)
+	}
+	return fallback
+}
+
 // retryable reports whether an upstream error may go away on a retry:
 // rate limits, server errors and network errors.
 func retryable(err error) bool {
@@ -418,14 +435,8 @@ func retryable(err error) bool {
 		return apiErr.StatusCode == 408 || apiErr.StatusCode == 409 || apiErr.StatusCode == 429 || apiErr.StatusCode >= 500
 	}
 	return !errors.Is(err, foundry.ErrResumeExpired) && !errors.Is(err, foundry.ErrNotBackground) && !errors.Is(err, foundry.ErrNotFound) &&
-		!errors.Is(err, foundry.ErrInvalidRequest) && !errors.Is(err, foundry.ErrNotStreaming)
+		!errors.Is(err, foundry.ErrInvalidRequest) && !errors.Is(err, foundry.ErrNotStreaming) && !errors.Is(err, foundry.ErrAuth) &&
+		!errors.Is(err, foundry.ErrStreamingNotEnabled)
 }
 
 func isNotFound(err error) bool { return errors.Is(err, foundry.ErrNotFound) }
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}

@@ -29,6 +29,8 @@ func TestCreateErrorClassification(t *testing.T) {
 		{"connection reset after sending", fmt.Errorf("foundry: create: %w", read), false, true},
 		{"JSON instead of a stream", fmt.Errorf("x: %w", foundry.ErrNotStreaming), false, false},
 		{"cancelled", context.Canceled, false, false},
+		{"no token", fmt.Errorf("x: %w", foundry.ErrAuth), true, false},
+		{"401", &foundry.APIError{Op: "create", StatusCode: 401}, true, false},
 	}
 	for _, tt := range tests {
 		if got := createAnswered(tt.err); got != tt.answered {

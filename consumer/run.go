@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
 )
 
 // run is one job owned by this worker, from the moment it was pulled until
@@ -41,6 +42,7 @@ type run struct {
 	idSeenAt   time.Time     // when the response id was first known to this run
 	idReady    chan struct{} // closed once the Foundry response id is known
 	createSent bool          // the create was (or is being) sent upstream
+	foreground bool          // Foundry runs the response in the foreground: no resume, no cancel
 }
 
 func (w *Worker) newRun(msg jetstream.Msg, runID string, attempt int) *run {
@@ -211,7 +213,7 @@ func (r *run) drive(req events.RunRequest, pos position) {
 	case errors.Is(cause, errPublishRefused):
 		upStop()
 		<-readerDone
-		r.failAttempt(cause.Error(), "publish", false)
+		r.failAttempt(cause, "publish", false)
 	default:
 		r.cancel(reasonOf(cause), readerDone, upStop)
 	}
@@ -255,19 +257,27 @@ func (r *run) setResponseID(id string, seenAt time.Time) {
 }
 
 // notYetVisible reports an upstream 404 for a response this run learned of
-// less than responseVisibleAfter ago: Azure has been measured answering 404
+// less than foundry.NotFoundGrace ago: Azure has been measured answering 404
 // for up to about 33 s after a streamed create, so such a 404 means "not
 // yet", not "gone".
 func (r *run) notYetVisible(err error) bool {
 	r.mu.Lock()
 	seen := r.idSeenAt
 	r.mu.Unlock()
-	return isNotFound(err) && !seen.IsZero() && time.Since(seen) < responseVisibleAfter
+	return !seen.IsZero() && foundry.NotYetVisible(err, time.Since(seen))
 }
 
-// responseVisibleAfter bounds how long a 404 for a response whose id we saw
-// is taken as "not yet visible".
-const responseVisibleAfter = 90 * time.Second
+func (r *run) setForeground() {
+	r.mu.Lock()
+	r.foreground = true
+	r.mu.Unlock()
+}
+
+func (r *run) isForeground() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.foreground
+}
 
 func (r *run) markCreateSent() {
 	r.mu.Lock()

@@ -50,6 +50,7 @@ type Worker struct {
 	ackWait time.Duration
 	conn    *connWatch
 	maxText int // text bytes per event (eventTextLimit)
+	limiter *createLimiter
 
 	// reprovisioning recreates streams, consumer or bucket deleted under
 	// a running worker; at most one at a time.
@@ -98,6 +99,7 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 		log:      cfg.Logger.With().Str("worker", cfg.WorkerID).Logger(),
 		m:        newMetrics(cfg.Registerer),
 		runs:     make(map[string]*run),
+		limiter:  newCreateLimiter(),
 		sem:      make(chan struct{}, cfg.Concurrency),
 		stopping: make(chan struct{}),
 	}, nil

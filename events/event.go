@@ -47,14 +47,35 @@ const (
 	ReasonAbandoned = "abandoned" // no watcher heartbeat for cancel_on_disconnect_seconds
 )
 
-// Error codes used in run.failed events.
+// Error codes foundryq itself puts in run.failed and tool.failed events and
+// in dead letters (Foundry's own codes, such as server_error, pass through
+// as Foundry sent them).
 const (
 	CodeInvalidRequest = "invalid_request" // the request broke a validation rule; error.message names the field
+	CodeUpstreamError  = "upstream_error"  // Foundry refused the create (an HTTP 4xx), or a call failed for good
+	CodeAuthError      = "auth_error"      // no token could be had for Foundry, or Foundry refused it (401/403)
+	// CodeUpstreamLost: a create may have started a response whose id never
+	// arrived; it is not created again. The message names metadata.run_id.
+	CodeUpstreamLost = "upstream_lost"
+	// CodeStreamLost: the response runs in the foreground (hosted agents
+	// ignore background), its stream broke, and it cannot be re-attached.
+	CodeStreamLost        = "stream_lost"
+	CodeAttemptsExhausted = "attempts_exhausted" // every permitted attempt failed; the message says why the last did
+	CodeStateUnreadable   = "state_unreadable"   // the run's state record could not be decoded
+	CodeInternal          = "internal_error"     // the worker could not store the run's events
+	// CodeApprovalRequired: the response stopped at an MCP approval request,
+	// which foundryq cannot answer (tools need require_approval "never").
+	CodeApprovalRequired = "approval_required"
+	// CodeFunctionCallUnsupported: the response stopped at a function call,
+	// which foundryq cannot serve.
+	CodeFunctionCallUnsupported = "function_call_unsupported"
+	CodeToolError               = "tool_error"       // tool.failed: the tool call failed without a code of its own
+	CodeDuplicateRunID          = "duplicate_run_id" // dead letter only: a different request under a used run id
 )
 
 // Tool describes the tool call of a tool.* event.
 type Tool struct {
-	Type        string `json:"type"` // e.g. "mcp_call", "function_call"
+	Type        string `json:"type"` // "mcp": an MCP tool call run by Foundry
 	Name        string `json:"name,omitempty"`
 	ServerLabel string `json:"server_label,omitempty"`
 	CallID      string `json:"call_id,omitempty"`
@@ -64,6 +85,11 @@ type Tool struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Retryable, on run.failed, says whether a new run with the same request
+	// may succeed (a transient failure such as rate_limit_exceeded or
+	// server_error) or not (a request Foundry refuses). A run id runs once:
+	// retrying means submitting a new run.
+	Retryable *bool `json:"retryable,omitempty"`
 }
 
 // Usage is the token usage reported by Foundry.
@@ -83,9 +109,13 @@ type RunEvent struct {
 	Type  EventType `json:"type"`
 	Time  time.Time `json:"time"`
 
-	ResponseID       string `json:"response_id,omitempty"`       // run.started, run.completed
-	Attempt          int    `json:"attempt,omitempty"`           // run.started
-	Worker           string `json:"worker,omitempty"`            // run.started
+	ResponseID string `json:"response_id,omitempty"` // run.started, run.completed
+	Attempt    int    `json:"attempt,omitempty"`     // run.started
+	Worker     string `json:"worker,omitempty"`      // run.started
+	// Background is set, to false, on run.started when Foundry runs the
+	// response in the foreground (hosted agents ignore background): it
+	// cannot be re-attached to after a break, and a cancel closes its stream.
+	Background       *bool  `json:"background,omitempty"`
 	Text             string `json:"text,omitempty"`              // text.delta
 	Tool             *Tool  `json:"tool,omitempty"`              // tool.*
 	Error            *Error `json:"error,omitempty"`             // run.failed, tool.failed

@@ -28,7 +28,7 @@ type workerFlags struct {
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
-	eventInterval, cancelAudit                  *time.Duration
+	eventInterval, cancelAudit, foregroundPoll  *time.Duration
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -45,8 +45,9 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.eventInterval = f.Duration("event-interval", "FOUNDRYQ_EVENT_INTERVAL", 50*time.Millisecond, "least time between two text.delta events of a run; text arriving sooner merges (negative: off)")
 	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel")
 	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)")
+	w.foregroundPoll = f.Duration("foreground-poll-timeout", "FOUNDRYQ_FOREGROUND_POLL_TIMEOUT", time.Minute, "how long to poll a foreground response (hosted agents) whose stream broke before the run ends stream_lost")
 	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown")
-	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the attempt)")
+	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the failures so far), unless Foundry asks for another")
 	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes")
 	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "failed attempts a run may use before it ends run.failed (hand-offs and lease renewals do not count)")
 	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept")
@@ -57,16 +58,17 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 
 func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config {
 	return consumer.Config{
-		Prefix:               prefix,
-		WorkerID:             *w.workerID,
-		Concurrency:          *w.concurrency,
-		DefaultTimeout:       *w.defaultTimeout,
-		CancelConfirmTimeout: *w.cancelConfirm,
-		CancelAuditDelay:     *w.cancelAudit,
-		EventInterval:        *w.eventInterval,
-		ShutdownTimeout:      *w.shutdown,
-		RetryDelay:           *w.retryDelay,
-		Logger:               log,
+		Prefix:                prefix,
+		WorkerID:              *w.workerID,
+		Concurrency:           *w.concurrency,
+		DefaultTimeout:        *w.defaultTimeout,
+		CancelConfirmTimeout:  *w.cancelConfirm,
+		CancelAuditDelay:      *w.cancelAudit,
+		EventInterval:         *w.eventInterval,
+		ShutdownTimeout:       *w.shutdown,
+		ForegroundPollTimeout: *w.foregroundPoll,
+		RetryDelay:            *w.retryDelay,
+		Logger:                log,
 		Provision: events.ProvisionConfig{
 			Replicas:     *w.replicas,
 			EventsMaxAge: *w.eventsMaxAge,

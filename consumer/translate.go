@@ -1,0 +1,130 @@
+package consumer
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+)
+
+// step is what one upstream stream event means for a run.
+type step struct {
+	emit       *events.RunEvent  // a run event to relay (text, tool)
+	responseID string            // a lifecycle event named the response
+	foreground bool              // ... and said it does not run in the background
+	end        *foundry.Response // the response ended: its final snapshot
+	// streamErr reports an error event: this stream stops, but the event
+	// does not say whether the response goes on (it has been seen both
+	// ways), so the run asks Foundry.
+	streamErr error
+}
+
+// translate maps one upstream event to what it means for the run. It is
+// pure: relaying, saving the id and ending the run are the caller's.
+func translate(ev *foundry.Event) step {
+	switch ev.Type {
+	case foundry.EventCreated, foundry.EventQueued, foundry.EventInProgress:
+		if ev.Response == nil || ev.Response.ID == "" {
+			return step{}
+		}
+		st := step{responseID: ev.Response.ID, foreground: ev.Response.BackgroundKnown && !ev.Response.Background}
+		if ev.Response.Status == foundry.StatusCancelled {
+			st.end = ev.Response
+		}
+		return st
+	case foundry.EventOutputTextDelta:
+		if ev.Delta != "" {
+			return step{emit: &events.RunEvent{Type: events.TypeTextDelta, Text: ev.Delta}}
+		}
+	case foundry.EventOutputItemAdded:
+		if ev.Item != nil && ev.Item.Type == foundry.ItemMCPCall {
+			return step{emit: &events.RunEvent{Type: events.TypeToolStarted, Tool: toolOf(ev.Item)}}
+		}
+	case foundry.EventOutputItemDone:
+		if ev.Item != nil && ev.Item.Type == foundry.ItemMCPCall {
+			if ev.Item.Error == "" && ev.Item.Status != foundry.StatusFailed {
+				return step{emit: &events.RunEvent{Type: events.TypeToolCompleted, Tool: toolOf(ev.Item)}}
+			}
+			msg := ev.Item.Error
+			if msg == "" {
+				msg = "tool call failed"
+			}
+			return step{emit: &events.RunEvent{Type: events.TypeToolFailed, Tool: toolOf(ev.Item),
+				Error: &events.Error{Code: events.CodeToolError, Message: truncateText(msg)}}}
+		}
+	case foundry.EventCompleted, foundry.EventIncomplete, foundry.EventFailed, foundry.EventCancelled:
+		if ev.Response != nil {
+			return step{end: ev.Response}
+		}
+	case foundry.EventError:
+		return step{streamErr: &foundry.APIError{Op: "stream", Code: ev.Code, Param: ev.Param, Message: ev.Message}}
+	}
+	return step{}
+}
+
+// endOf decides how a run ends from its response's final snapshot:
+// cancelled (by someone else), or the terminal event. A response that
+// completed but stopped at an approval request or a function call did not
+// do the work, and the run fails with a code that says why.
+func endOf(resp *foundry.Response) (ev events.RunEvent, cancelled bool) {
+	switch resp.Status {
+	case foundry.StatusCancelled:
+		return events.RunEvent{}, true
+	case foundry.StatusCompleted, foundry.StatusIncomplete:
+		if items := resp.ApprovalRequests(); len(items) > 0 {
+			return failedWith(resp.ID, events.CodeApprovalRequired, false,
+				"the response stopped at an approval request for "+toolNames(items)+
+					", which foundryq cannot answer: give MCP tools \"require_approval\": \"never\""), false
+		}
+		if items := resp.FunctionCalls(); len(items) > 0 {
+			return failedWith(resp.ID, events.CodeFunctionCallUnsupported, false,
+				"the response stopped at a call of function "+toolNames(items)+", which foundryq cannot serve"), false
+		}
+		return events.RunEvent{Type: events.TypeRunCompleted, ResponseID: resp.ID, Status: resp.Status,
+			IncompleteReason: resp.IncompleteReason, Usage: usageOf(resp.Usage)}, false
+	}
+	if resp.Error == nil {
+		return failedWith(resp.ID, "upstream_failed", false, "Foundry reported status "+resp.Status), false
+	}
+	return failedWith(resp.ID, orDefault(resp.Error.Code, "upstream_failed"), resp.Error.Retryable(), resp.Error.Message), false
+}
+
+func failedWith(responseID, code string, retryable bool, message string) events.RunEvent {
+	return events.RunEvent{Type: events.TypeRunFailed, ResponseID: responseID,
+		Error: &events.Error{Code: code, Message: truncateText(message), Retryable: &retryable}}
+}
+
+// toolNames names the tools of approval requests or function calls.
+func toolNames(items []foundry.OutputItem) string {
+	names := make([]string, 0, len(items))
+	for _, it := range items {
+		n := it.Name
+		if it.ServerLabel != "" {
+			n = fmt.Sprintf("%s on MCP server %s", it.Name, it.ServerLabel)
+		}
+		names = append(names, n)
+	}
+	return strings.Join(names, ", ")
+}
+
+func toolOf(it *foundry.OutputItem) *events.Tool {
+	return &events.Tool{Type: "mcp", Name: it.Name, ServerLabel: it.ServerLabel, CallID: it.ID}
+}
+
+func usageOf(u *foundry.Usage) *events.Usage {
+	if u == nil {
+		return nil
+	}
+	return &events.Usage{
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, TotalTokens: u.TotalTokens,
+		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens,
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
