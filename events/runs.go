@@ -1,0 +1,107 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// RunFilter selects runs for Client.Runs. The zero value selects every run
+// whose state record is kept.
+type RunFilter struct {
+	// Status keeps runs in any of these statuses; empty keeps all.
+	Status []RunStatus
+	// UpdatedSince keeps runs whose record changed at or after this time;
+	// zero keeps all.
+	UpdatedSince time.Time
+	// Limit keeps at most this many runs (the most recently updated); 0
+	// keeps all.
+	Limit int
+}
+
+// Validate checks the filter.
+func (f RunFilter) Validate() error {
+	if f.Limit < 0 {
+		return fmt.Errorf("events: run filter: limit %d must not be negative", f.Limit)
+	}
+	for _, s := range f.Status {
+		switch s {
+		case StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled:
+		default:
+			return fmt.Errorf("events: run filter: unknown status %q (want queued, running, completed, failed or cancelled)", s)
+		}
+	}
+	return nil
+}
+
+// Match reports whether st passes the filter's status and time conditions.
+func (f RunFilter) Match(st RunState) bool {
+	if len(f.Status) > 0 && !slices.Contains(f.Status, st.Status) {
+		return false
+	}
+	return f.UpdatedSince.IsZero() || !st.UpdatedAt.Before(f.UpdatedSince)
+}
+
+// Runs lists the runs whose state records match filter, most recently
+// updated first. It reads the state bucket once (one ordered consumer);
+// runs still waiting in the queue have no record yet and are not listed.
+// The iterator yields a single error if the bucket cannot be read.
+func (c *Client) Runs(ctx context.Context, filter RunFilter) iter.Seq2[RunState, error] {
+	return func(yield func(RunState, error) bool) {
+		if err := filter.Validate(); err != nil {
+			yield(RunState{}, err)
+			return
+		}
+		runs, err := c.listRuns(ctx, filter)
+		if err != nil {
+			yield(RunState{}, err)
+			return
+		}
+		for _, st := range runs {
+			if !yield(st, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (c *Client) listRuns(ctx context.Context, filter RunFilter) ([]RunState, error) {
+	store, err := c.StateStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := store.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("events: list runs: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var runs []RunState
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case e = <-w.Updates():
+		case <-ctx.Done():
+			return nil, fmt.Errorf("events: list runs: %w", context.Cause(ctx))
+		}
+		if e == nil {
+			break // the end of the current values
+		}
+		var st RunState
+		if json.Unmarshal(e.Value(), &st) != nil {
+			continue // unreadable: the workers report it
+		}
+		if filter.Match(st) {
+			runs = append(runs, st)
+		}
+	}
+	slices.SortFunc(runs, func(a, b RunState) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	if filter.Limit > 0 && len(runs) > filter.Limit {
+		runs = runs[:filter.Limit]
+	}
+	return runs, nil
+}
