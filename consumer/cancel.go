@@ -12,6 +12,7 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // How a cancel reaches the server, and who calls Foundry's cancel.
@@ -377,7 +378,7 @@ func (r *run) cancelledBeforeID(reason string, out outcome) {
 // cancelUpstream calls Foundry's cancel, retrying transient errors and a
 // response that is not yet visible, within ctx.
 func (r *run) cancelUpstream(ctx context.Context, id string) (*foundry.Response, error) {
-	backoff := 100 * time.Millisecond
+	b := retry.Backoff(100*time.Millisecond, 2*time.Second)
 	for {
 		resp, err := r.w.up.Cancel(ctx, id)
 		if err == nil {
@@ -388,8 +389,7 @@ func (r *run) cancelUpstream(ctx context.Context, id string) (*foundry.Response,
 			r.log.Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
 			return nil, err
 		}
-		sleep(ctx, retryDelay(err, backoff))
-		backoff = min(2*backoff, 2*time.Second)
+		retry.Sleep(ctx, retryDelay(err, b.NextBackOff()))
 	}
 }
 
@@ -420,7 +420,7 @@ func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *f
 	if last.Terminal() {
 		return last // a later flip to completed is caught by the audit
 	}
-	backoff := 50 * time.Millisecond
+	b := retry.Backoff(50*time.Millisecond, time.Second)
 	for {
 		resp, err := r.w.up.Get(ctx, id)
 		if err == nil {
@@ -433,8 +433,7 @@ func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *f
 			r.log.Warn().Str("response_id", id).Msg("Foundry did not confirm a terminal status in time")
 			return last
 		}
-		sleep(ctx, backoff)
-		backoff = min(backoff*2, time.Second)
+		retry.Sleep(ctx, b.NextBackOff())
 	}
 }
 

@@ -415,3 +415,35 @@ func TestCancelledUpstreamByOthers(t *testing.T) {
 		t.Fatalf("last event %+v, want run.cancelled with upstream status cancelled and usage", last)
 	}
 }
+
+// A malformed or oversized cancel body gets an error reply and cancels
+// nothing, the owner's own subscription included (it once stored a
+// 5,000-character reason, and cancelled the run after replying an error to
+// {"reason":5}).
+func TestMalformedCancelCancelsNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.twoWorkers(consumer.Config{})
+	e.submit(request("bad-c", map[string]string{"emu_tokens": "60", "emu_token_ms": "25"}))
+	e.waitEvent("bad-c", events.TypeTextDelta, 10*time.Second)
+	for _, body := range []string{`{"reason":5}`, fmt.Sprintf(`{"reason":%q}`, strings.Repeat("x", 5000)), `{"why":"x"}`, `not json`} {
+		msg, err := e.nc.Request("foundryq.cancel.bad-c", []byte(body), 30*time.Second)
+		if err != nil {
+			t.Fatalf("%.20s: %v", body, err)
+		}
+		reply, err := events.DecodeCancelReply(msg.Data)
+		if err != nil || reply.Error == "" || reply.Result != "" {
+			t.Fatalf("%.20s: reply %+v, %v; want an error and no result", body, reply, err)
+		}
+	}
+	evs := e.collect("bad-c", 20*time.Second)
+	if last := checkWellFormed(t, evs); last.Type != events.TypeRunCompleted {
+		t.Fatalf("run ended %s after malformed cancels", last.Type)
+	}
+	if st := e.state("bad-c"); st.Cancel != nil {
+		t.Fatalf("a malformed cancel was recorded: %+v", st.Cancel)
+	}
+	if n := e.emu.Stats().CancelsReceived; n != 0 {
+		t.Fatalf("Foundry got %d cancels", n)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // deadLetterHeadroom is what a dead letter keeps free of the max payload
@@ -41,7 +42,8 @@ func (w *Worker) deadLetter(ctx context.Context, job jetstream.Msg, runID, code,
 		msgID = fmt.Sprintf("dead:%s:%d", token, meta.Sequence.Stream)
 	}
 	var err error
-	for attempt := range 3 {
+	b := retry.Backoff(100*time.Millisecond, time.Second)
+	for range 3 {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = w.js.PublishMsg(pctx, m, jetstream.WithMsgID(msgID))
 		cancel()
@@ -49,7 +51,7 @@ func (w *Worker) deadLetter(ctx context.Context, job jetstream.Msg, runID, code,
 			w.m.deadLetters.Inc()
 			return
 		}
-		sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond)
+		retry.Sleep(ctx, b.NextBackOff())
 	}
 	w.log.Error().Err(err).Str("run_id", runID).Str("code", code).Msg("publish dead letter; it is lost")
 }

@@ -3,7 +3,8 @@
 // background + streaming mode, relays every upstream event to the run's
 // subject on FOUNDRYQ_EVENTS, and answers cancel requests.
 //
-// The properties it keeps (see DESIGN.md in the repository's shared notes):
+// The properties it keeps (README.md, "Guarantees", says what they promise
+// and what is outside them):
 //
 //   - A worker never pulls more jobs than it can start (Config.Concurrency),
 //     and keeps each job's lease alive with InProgress while the run lives.

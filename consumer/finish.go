@@ -8,6 +8,7 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/jserr"
 )
 
 // finish ends the run: every queued event is stored, the end is recorded in
@@ -403,7 +404,7 @@ func (r *run) ack() {
 // deliveries, up to 30s.
 func (r *run) retryLater(what string, err error) {
 	r.log.Warn().Err(err).Msg(what + "; the job will be retried")
-	if isMissingResource(err) {
+	if jserr.MissingResource(err) {
 		r.w.resourcesMissing()
 	}
 	_ = r.msg.NakWithDelay(min(r.w.cfg.RetryDelay*time.Duration(r.owner.attempt), 30*time.Second))

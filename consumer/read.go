@@ -9,6 +9,7 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // maxStreamBreaks is how often a run re-attaches to a response's stream
@@ -247,6 +248,7 @@ func (r *run) findResponse(pos position) bool {
 // are returned at once.
 func (r *run) resume(ctx context.Context, id string, after int64) (*foundry.Stream, error) {
 	var err error
+	b := retry.Backoff(250*time.Millisecond, 2*time.Second)
 	for attempt := 0; attempt < 4; attempt++ {
 		var s *foundry.Stream
 		s, err = r.w.up.Resume(ctx, id, after)
@@ -259,7 +261,7 @@ func (r *run) resume(ctx context.Context, id string, after int64) (*foundry.Stre
 		} else if !retryable(err) {
 			return nil, err
 		}
-		sleep(ctx, retryDelay(err, time.Duration(250<<min(attempt, 3))*time.Millisecond))
+		retry.Sleep(ctx, retryDelay(err, b.NextBackOff()))
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -334,7 +336,7 @@ func (r *run) cannotResume(ctx context.Context, id string, err error) outcome {
 // with a limit > 0, for at most that long), then publishes the text not yet
 // published and the terminal event.
 func (r *run) poll(ctx context.Context, id string, limit time.Duration) outcome {
-	backoff := 500 * time.Millisecond
+	b := retry.Backoff(500*time.Millisecond, 5*time.Second)
 	failures := 0
 	var deadline time.Time
 	if limit > 0 {
@@ -361,8 +363,7 @@ func (r *run) poll(ctx context.Context, id string, limit time.Duration) outcome 
 			return outcome{err: fmt.Errorf("response %s runs in the foreground, its stream broke and it cannot be re-attached to; "+
 				"it did not end within %s", id, limit), op: "get", streamLost: true, upstreamSeq: -1}
 		}
-		sleep(ctx, retryDelay(err, backoff))
-		backoff = min(backoff*2, 5*time.Second)
+		retry.Sleep(ctx, retryDelay(err, b.NextBackOff()))
 	}
 }
 
@@ -432,7 +433,7 @@ func retryable(err error) bool {
 	}
 	var apiErr *foundry.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.StatusCode == 408 || apiErr.StatusCode == 409 || apiErr.StatusCode == 429 || apiErr.StatusCode >= 500
+		return apiErr.Retryable()
 	}
 	return !errors.Is(err, foundry.ErrResumeExpired) && !errors.Is(err, foundry.ErrNotBackground) && !errors.Is(err, foundry.ErrNotFound) &&
 		!errors.Is(err, foundry.ErrInvalidRequest) && !errors.Is(err, foundry.ErrNotStreaming) && !errors.Is(err, foundry.ErrAuth) &&

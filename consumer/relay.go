@@ -14,6 +14,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // maxEventText bounds the text of one text.delta event, in bytes: 32 KiB,
@@ -328,7 +330,7 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 	if err != nil {
 		return 0, fmt.Errorf("consumer: %w", err)
 	}
-	backoff := 20 * time.Millisecond
+	b := retry.Backoff(20*time.Millisecond, time.Second)
 	lost := func() (uint64, error) {
 		return 0, fmt.Errorf("%w: run %s: another writer stored an event on %s", ErrLostOwnership, r.runID, r.subject)
 	}
@@ -350,7 +352,7 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 			r.metrics.eventsPublished.WithLabelValues(string(pe.ev.Type)).Inc()
 			return ack.Sequence, nil
 		}
-		if isWrongLastSequence(err) {
+		if jserr.WrongLastSequence(err) {
 			// Either an earlier attempt of ours was stored and its ack lost,
 			// or another writer got there first. Only the exact bytes tell:
 			// another writer uses the same message ids.
@@ -365,7 +367,7 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("consumer: publish %s event of run %s: %w", pe.ev.Type, r.runID, context.Cause(ctx))
 		}
-		if isNoStream(err) && r.onMissing != nil {
+		if jserr.MissingResource(err) && r.onMissing != nil {
 			r.onMissing()
 		}
 		r.metrics.publishRetries.Inc()
@@ -373,12 +375,9 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 			r.log.Warn().Err(err).Str("type", string(pe.ev.Type)).Uint64("seq", pe.ev.Seq).Int("retries", retries).
 				Msg("publish run event; retrying")
 		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, b.NextBackOff()) {
 			return 0, fmt.Errorf("consumer: publish %s event of run %s: %w", pe.ev.Type, r.runID, context.Cause(ctx))
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
@@ -388,18 +387,4 @@ func isTooLarge(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, nats.ErrMaxPayload) ||
 		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum)
-}
-
-// isNoStream reports a publish that no stream stored: the stream is gone.
-func isNoStream(err error) bool {
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
-}
-
-func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }

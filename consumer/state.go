@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // claim records this worker as the run's owner (claimRun). One attempt: a
@@ -25,7 +27,7 @@ func (r *run) claim(digest string) (events.RunState, error) {
 // (a decision such as errNotOwner, or an unreadable record) is returned at
 // once.
 func (r *run) persist(what string, fn func(*events.RunState, bool) error) (events.RunState, error) {
-	backoff := 50 * time.Millisecond
+	b := retry.Backoff(50*time.Millisecond, 2*time.Second)
 	for tries := 0; ; tries++ {
 		st, err := r.w.states.Upsert(r.hard, r.id, fn)
 		switch {
@@ -38,11 +40,10 @@ func (r *run) persist(what string, fn func(*events.RunState, bool) error) (event
 		if tries%10 == 0 {
 			r.log.Warn().Err(err).Int("tries", tries+1).Msg(what + " in the state bucket; retrying")
 		}
-		if isMissingResource(err) {
+		if jserr.MissingResource(err) {
 			r.w.resourcesMissing()
 		}
-		sleep(r.hard, backoff)
-		backoff = min(2*backoff, 2*time.Second)
+		retry.Sleep(r.hard, b.NextBackOff())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // tail reads the last event stored on a run's subject.
@@ -71,7 +72,7 @@ func (w *Worker) publishedText(ctx context.Context, runID string) (string, error
 			return text.String(), nil
 		}
 		if got == 0 {
-			sleep(ctx, 10*time.Millisecond)
+			retry.Sleep(ctx, 10*time.Millisecond)
 		}
 	}
 	return "", fmt.Errorf("consumer: read events of run %s: %w", runID, context.Cause(ctx))

@@ -14,6 +14,8 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // Provider is what a worker needs from Foundry. *foundry.Client implements
@@ -173,7 +175,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // logging each failure) until it succeeds or ctx ends: a worker started
 // while NATS is down waits for it.
 func (w *Worker) provision(ctx context.Context) (events.Resources, error) {
-	backoff := 250 * time.Millisecond
+	b := retry.Backoff(250*time.Millisecond, 5*time.Second)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		res, err := events.Provision(pctx, w.js, w.names, w.cfg.Provision)
@@ -188,9 +190,9 @@ func (w *Worker) provision(ctx context.Context) (events.Resources, error) {
 		if ctx.Err() != nil {
 			return events.Resources{}, ctx.Err()
 		}
-		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("provision streams, consumer and bucket")
-		sleep(ctx, backoff)
-		backoff = min(2*backoff, 5*time.Second)
+		wait := b.NextBackOff()
+		w.log.Warn().Err(err).Dur("retry_in", wait).Msg("provision streams, consumer and bucket")
+		retry.Sleep(ctx, wait)
 	}
 }
 
@@ -214,15 +216,6 @@ func (w *Worker) resourcesMissing() {
 		w.lastProvision.Store(time.Now().UnixNano())
 		w.log.Warn().Msg("recreated missing streams, consumer or bucket")
 	}()
-}
-
-// isMissingResource reports an error that says a stream, consumer or bucket
-// is gone.
-func isMissingResource(err error) bool {
-	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, jetstream.ErrBucketNotFound) ||
-		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrNoResponders)
 }
 
 // pull fetches jobs while there are free slots, until ctx ends or the NATS
@@ -266,10 +259,10 @@ func (w *Worker) fetch(ctx context.Context, n int) int {
 	if err != nil {
 		if ctx.Err() == nil && !w.nc.IsClosed() {
 			w.log.Warn().Err(err).Msg("fetch jobs")
-			if isMissingResource(err) {
+			if jserr.MissingResource(err) {
 				w.resourcesMissing()
 			}
-			sleep(ctx, 250*time.Millisecond)
+			retry.Sleep(ctx, 250*time.Millisecond)
 		}
 		return 0
 	}
@@ -286,10 +279,10 @@ func (w *Worker) fetch(ctx context.Context, n int) int {
 	if err := batch.Error(); err != nil && ctx.Err() == nil && !w.nc.IsClosed() &&
 		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 		w.log.Warn().Err(err).Msg("fetch jobs")
-		if isMissingResource(err) {
+		if jserr.MissingResource(err) {
 			w.resourcesMissing()
 		}
-		sleep(ctx, 250*time.Millisecond)
+		retry.Sleep(ctx, 250*time.Millisecond)
 	}
 	return started
 }
@@ -403,13 +396,4 @@ func (w *Worker) owned(runID string) *run {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.runs[runID]
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

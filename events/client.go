@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/internal/jserr"
 )
 
 // ClientConfig configures a Client.
@@ -110,12 +112,6 @@ type SubmitResult struct {
 	Status   RunStatus
 }
 
-// JetStream error code for "maximum messages per subject exceeded": a
-// stream with DiscardNewPerSubject refuses a second message on a subject
-// (the runs stream: a run id still queued; the cancels stream: a cancel
-// already on record).
-const errCodeMaxMsgsPerSubject jetstream.ErrorCode = 10077
-
 // Submit validates req and publishes it on <prefix>.runs.<run_id> with
 // Nats-Msg-Id = run id, returning once JetStream has stored it. A run id
 // runs once, for one request:
@@ -143,8 +139,7 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (SubmitResult, erro
 	ack, err := c.js.Publish(ctx, subject, data,
 		jetstream.WithMsgID(req.RunID), jetstream.WithExpectStream(c.names.RunsStream()))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgsPerSubject {
+		if jserr.SubjectFull(err) { // the run id is still queued
 			return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
 		}
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, err)
@@ -223,9 +218,8 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply,
 func (c *Client) recordCancel(ctx context.Context, runID string, body []byte) error {
 	_, err := c.js.Publish(ctx, c.names.CancelRecordSubject(runID), body,
 		jetstream.WithExpectStream(c.names.CancelsStream()))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxMsgsPerSubject {
-		return nil
+	if jserr.SubjectFull(err) {
+		return nil // a cancel is on record already
 	}
 	if err != nil {
 		return fmt.Errorf("events: cancel run %s: record the cancel in stream %s (has a worker provisioned it?): %w",

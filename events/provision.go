@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // ProvisionConfig sets the JetStream resources Provision creates. Zero
@@ -297,8 +299,8 @@ func retryProvision[T any](ctx context.Context, what string, fn func() (T, error
 		if !isProvisionRace(err) {
 			break
 		}
-		if serr := sleepCtx(ctx, time.Duration(attempt+1)*10*time.Millisecond); serr != nil {
-			err = serr
+		if !retry.Sleep(ctx, time.Duration(attempt+1)*10*time.Millisecond) {
+			err = context.Cause(ctx)
 			break
 		}
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // RunStatus is the lifecycle status of a run in the state bucket.
@@ -175,7 +178,8 @@ func (s *StateStore) update(ctx context.Context, runID string, create bool, fn f
 	if !ValidRunID(runID) {
 		return RunState{}, fmt.Errorf("events: update state: run id %q: %w", runID, ErrBadRunID)
 	}
-	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+	b := retry.Backoff(time.Millisecond, 32*time.Millisecond)
+	for range maxCASAttempts {
 		cur, rev, err := s.Get(ctx, runID)
 		exists := err == nil
 		if err != nil && !errors.Is(err, ErrStateNotFound) {
@@ -210,8 +214,8 @@ func (s *StateStore) update(ctx context.Context, runID string, create bool, fn f
 		case err == nil:
 			return next, nil
 		case isCASConflict(err):
-			if err := sleepCtx(ctx, casBackoff(attempt)); err != nil {
-				return cur, fmt.Errorf("events: update state of run %s: %w", runID, err)
+			if !retry.Sleep(ctx, b.NextBackOff()) {
+				return cur, fmt.Errorf("events: update state of run %s: %w", runID, context.Cause(ctx))
 			}
 			continue
 		default:
@@ -222,33 +226,9 @@ func (s *StateStore) update(ctx context.Context, runID string, create bool, fn f
 }
 
 // isCASConflict reports a lost compare-and-set: revision mismatch, key
-// created meanwhile, or the wrong-last-sequence codes 10071/10164.
+// created meanwhile, or the wrong-last-sequence fence.
 func isCASConflict(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-	}
-	return false
-}
-
-func casBackoff(attempt int) time.Duration {
-	d := time.Millisecond << min(attempt, 5) // 1ms .. 32ms
-	return d
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || jserr.WrongLastSequence(err)
 }
 
 // Replace writes st over the value stored at revision rev (compare-and-set),

@@ -1,0 +1,37 @@
+// Package jserr tells JetStream errors apart, once for every caller.
+package jserr
+
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// MaxMsgsPerSubject is the error code of a publish refused because its
+// subject already holds the one message a DiscardNewPerSubject stream
+// allows (a run id still queued; a cancel already on record).
+const MaxMsgsPerSubject jetstream.ErrorCode = 10077
+
+// WrongLastSequence reports a publish or KV update refused by its
+// expected-last-sequence fence (10071; 10164 on replicated streams).
+func WrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// SubjectFull reports a publish refused with MaxMsgsPerSubject.
+func SubjectFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == MaxMsgsPerSubject
+}
+
+// MissingResource reports an error that says a stream, consumer or bucket
+// is gone (or no stream took a publish).
+func MissingResource(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrNoResponders)
+}

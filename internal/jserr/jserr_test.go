@@ -1,0 +1,30 @@
+package jserr
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestClassification(t *testing.T) {
+	wrong := &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
+	wrongR3 := &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}
+	full := &jetstream.APIError{ErrorCode: MaxMsgsPerSubject}
+	for _, tt := range []struct {
+		err                  error
+		wrong, subject, gone bool
+	}{
+		{fmt.Errorf("publish: %w", wrong), true, false, false},
+		{wrongR3, true, false, false},
+		{fmt.Errorf("x: %w", full), false, true, false},
+		{fmt.Errorf("x: %w", jetstream.ErrStreamNotFound), false, false, true},
+		{nats.ErrNoResponders, false, false, true},
+		{nats.ErrTimeout, false, false, false},
+	} {
+		if WrongLastSequence(tt.err) != tt.wrong || SubjectFull(tt.err) != tt.subject || MissingResource(tt.err) != tt.gone {
+			t.Errorf("%v: wrong=%v full=%v gone=%v", tt.err, WrongLastSequence(tt.err), SubjectFull(tt.err), MissingResource(tt.err))
+		}
+	}
+}
