@@ -104,3 +104,62 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// ScrubURLs returns s with each URL of a comma-separated list (as given,
+// credentials and all) replaced by its RedactURL form, and then the URLs'
+// passwords and tokens scrubbed wherever else they appear (whatever their
+// length: they are known to be credentials).
+func ScrubURLs(s, list string) string {
+	for _, raw := range strings.Split(list, ",") {
+		raw = strings.TrimSpace(raw)
+		if raw == "" {
+			continue
+		}
+		if red := RedactURL(raw); red != raw {
+			s = strings.ReplaceAll(s, raw, red)
+		}
+	}
+	for _, v := range URLSecrets(list) {
+		if v != "" && v != Redacted {
+			s = replaceToken(s, v)
+		}
+	}
+	return s
+}
+
+// replaceToken replaces v in s where it is not part of a longer word, so
+// that a short password does not garble the text around it.
+func replaceToken(s, v string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, v)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		before, after := i == 0 || !isWordByte(s[i-1]), i+len(v) == len(s) || !isWordByte(s[i+len(v)])
+		b.WriteString(s[:i])
+		if before && after {
+			b.WriteString(Redacted)
+		} else {
+			b.WriteString(v)
+		}
+		s = s[i+len(v):]
+	}
+}
+
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
+
+// ScrubURLsError is ScrubURLs for an error; the result unwraps to err.
+func ScrubURLsError(err error, list string) error {
+	if err == nil {
+		return nil
+	}
+	msg := ScrubURLs(err.Error(), list)
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
+}

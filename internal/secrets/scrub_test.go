@@ -47,3 +47,17 @@ func TestWriter(t *testing.T) {
 		t.Fatalf("wrote %q", buf.String())
 	}
 }
+
+func TestScrubURLs(t *testing.T) {
+	t.Parallel()
+	list := "nats://client:pw@ho st:4222,nats://tk@h2"
+	in := `parse "nats://client:pw@ho st:4222": invalid; then pw alone, tk alone, and pwd or tkx in words`
+	want := `parse "nats://REDACTED@ho st:4222": invalid; then REDACTED alone, REDACTED alone, and pwd or tkx in words`
+	if got := secrets.ScrubURLs(in, list); got != want {
+		t.Fatalf("ScrubURLs =\n%q\nwant\n%q", got, want)
+	}
+	base := errors.New(in)
+	if err := secrets.ScrubURLsError(base, list); err.Error() != want || !errors.Is(err, base) {
+		t.Fatalf("ScrubURLsError = %v", err)
+	}
+}
