@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
 )
@@ -289,21 +292,50 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
-	store, err := c.StateStore(ctx)
+	ids, err := runIDs(ctx, c)
 	if err != nil {
 		return err
 	}
-	keys, err := store.KeyValue().ListKeys(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%-32s %-10s %-16s %-20s %s\n", "RUN", "STATUS", "TERMINAL", "OWNER", "UPDATED")
-	for key := range keys.Keys() {
-		st, _, err := store.Get(ctx, key)
+	var states []events.RunState
+	for _, id := range ids {
+		st, _, err := c.State(ctx, id)
 		if err != nil {
 			continue // deleted or expired meanwhile
 		}
+		states = append(states, st)
+	}
+	sort.Slice(states, func(i, j int) bool {
+		if !states[i].UpdatedAt.Equal(states[j].UpdatedAt) {
+			return states[i].UpdatedAt.Before(states[j].UpdatedAt)
+		}
+		return states[i].RunID < states[j].RunID
+	})
+	fmt.Fprintf(stdout, "%-32s %-10s %-16s %-20s %s\n", "RUN", "STATUS", "TERMINAL", "OWNER", "UPDATED")
+	for _, st := range states {
 		fmt.Fprintf(stdout, "%-32s %-10s %-16s %-20s %s\n", st.RunID, st.Status, st.Terminal, st.Owner, st.UpdatedAt.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// runIDs lists the run ids in the state bucket from its stream's subjects:
+// a stream info request, which the client role may make, where a key
+// listing would need a consumer on the bucket (not granted: a client could
+// create durable ones there, unbounded).
+func runIDs(ctx context.Context, c *events.Client) ([]string, error) {
+	bucket := c.Names().Bucket()
+	stream, err := c.JetStream().Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("runs: open state bucket %s (has a worker provisioned it?): %w", bucket, err)
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, fmt.Errorf("runs: list state bucket %s: %w", bucket, err)
+	}
+	ids := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		ids = append(ids, strings.TrimPrefix(subject, prefix))
+	}
+	sort.Strings(ids)
+	return ids, nil
 }
