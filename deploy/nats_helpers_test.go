@@ -35,12 +35,18 @@ const deniedWait = 30 * time.Second
 // with env set for the file's $VARIABLES (so no t.Parallel).
 func startConfig(t *testing.T, name string, env map[string]string) *natsembed.Server {
 	t.Helper()
+	return startConfigFile(t, filepath.Join("nats", name), env)
+}
+
+// startConfigFile is startConfig for a file anywhere.
+func startConfigFile(t *testing.T, path string, env map[string]string) *natsembed.Server {
+	t.Helper()
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	s, err := natsembed.Start(natsembed.Config{ConfigFile: filepath.Join("nats", name), StoreDir: t.TempDir()})
+	s, err := natsembed.Start(natsembed.Config{ConfigFile: path, StoreDir: t.TempDir()})
 	if err != nil {
-		t.Fatalf("start nats-server from %s: %v", name, err)
+		t.Fatalf("start nats-server from %s: %v", path, err)
 	}
 	t.Cleanup(s.Shutdown)
 	return s
@@ -61,6 +67,16 @@ type natsUser struct {
 // prefix _INBOX.<user>).
 func connectAs(t *testing.T, s *natsembed.Server, user, password string, opts ...nats.Option) *natsUser {
 	t.Helper()
+	u, err := dialAs(s, user, password, opts...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(u.nc.Close)
+	return u
+}
+
+// dialAs is connectAs that returns the connection error.
+func dialAs(s *natsembed.Server, user, password string, opts ...nats.Option) (*natsUser, error) {
 	u := &natsUser{name: user}
 	url := strings.Replace(s.ClientURL(), "://", "://"+user+":"+password+"@", 1)
 	opts = append([]nats.Option{nats.Name("deploy-test-" + user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -68,16 +84,16 @@ func connectAs(t *testing.T, s *natsembed.Server, user, password string, opts ..
 		u.errs = append(u.errs, err)
 		u.mu.Unlock()
 	})}, opts...)
-	nc, err := events.Connect(url, opts...)
+	nc, err := events.Connect(url, append(opts, nats.Timeout(10*time.Second))...)
 	if err != nil {
-		t.Fatalf("connect as %s: %v", user, err)
+		return nil, err
 	}
-	t.Cleanup(nc.Close)
 	u.nc = nc
 	if u.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
+		nc.Close()
+		return nil, err
 	}
-	return u
+	return u, nil
 }
 
 // takeViolation removes and reports the first recorded permission
