@@ -102,7 +102,8 @@ func TestPermissions(t *testing.T) {
 		}
 		reply, err = c.Cancel(ctx, running, "running one")
 		if err != nil || reply.Result != events.CancelCancelling {
-			t.Fatalf("cancel of the running run: %+v, %v; want cancelling", reply, err)
+			st, _, serr := c.State(ctx, running)
+			t.Fatalf("cancel of the running run: %+v, %v; want cancelling (state %+v cancel %+v, %v)", reply, err, st, st.Cancel, serr)
 		}
 		evs := <-ended
 		if last := evs[len(evs)-1]; last.Type != events.TypeRunCancelled {
