@@ -281,8 +281,11 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 // forgetCancel drops the cancel record of a run id that names no run, so
 // that a run submitted later under it is not cancelled by it.
 func (w *Worker) forgetCancel(ctx context.Context, runID string) {
-	err := w.res.Cancels.Purge(ctx, jetstream.WithPurgeSubject(w.names.CancelRecordSubject(runID)))
-	if err != nil {
+	m, err := w.res.Cancels.GetLastMsgForSubject(ctx, w.names.CancelRecordSubject(runID))
+	if err == nil {
+		err = w.res.Cancels.DeleteMsg(ctx, m.Sequence)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		w.log.Warn().Err(err).Str("run_id", runID).Msg("drop the cancel record of an unknown run")
 	}
 }

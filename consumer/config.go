@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/secrets"
 )
 
 // Config configures a Worker. The zero value of every field means its
@@ -68,6 +69,11 @@ type Config struct {
 	// the worker opens with the first one's options and closes when Run
 	// returns.
 	PublishConn *nats.Conn
+	// Secrets resolves {"secret": NAME} references in MCP tools just before
+	// a request goes to Foundry; the resolved values are never stored or
+	// logged. Default nil: every reference is refused (the run fails
+	// invalid_request).
+	Secrets *secrets.Resolver
 	// Logger receives the worker's logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Registerer receives the worker's Prometheus metrics. Default: none

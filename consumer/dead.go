@@ -12,6 +12,7 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/retry"
+	"github.com/foundryq/foundryq/internal/secrets"
 )
 
 // deadLetterHeadroom is what a dead letter keeps free of the max payload
@@ -26,7 +27,7 @@ func (w *Worker) deadLetter(ctx context.Context, job jetstream.Msg, runID, code,
 		token = "invalid"
 	}
 	m := nats.NewMsg(w.names.DeadSubject(token))
-	m.Data = job.Data()
+	m.Data = secrets.RedactRequest(job.Data()) // no credential is kept for 30 days
 	m.Header.Set(events.HeaderDeadCode, code)
 	m.Header.Set(events.HeaderDeadReason, truncateText(strings.ReplaceAll(reason, "\n", " ")))
 	if limit := int(w.nc.MaxPayload()) - deadLetterHeadroom; limit > 0 && len(m.Data) > limit {

@@ -27,6 +27,7 @@ type outcome struct {
 	noResponse        bool              // no response exists upstream (the create was refused, or never sent)
 	rateLimited       bool              // the create was refused for rate limits (not a failed attempt)
 	streamLost        bool              // a foreground response could not be followed to its end
+	invalid           bool              // the request cannot run (a secret reference that does not resolve)
 	lost              bool              // a create may have started a response whose id is unknown
 	lostOwnership     bool              // the run's record says another worker owns the run
 }
@@ -110,6 +111,12 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 // with an HTTP error started nothing, and the mark is cleared; any other
 // failure leaves it (the response may exist).
 func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Stream, outcome) {
+	cr := createRequest(req, r.id)
+	tools, err := r.w.cfg.Secrets.ResolveTools(cr.Tools)
+	if err != nil {
+		return nil, outcome{err: err, invalid: true, noResponse: true, upstreamSeq: -1}
+	}
+	cr.Tools = tools
 	deployment := deploymentOf(req)
 	probe, err := r.w.limiter.wait(ctx, r.ctx, deployment)
 	if err != nil {
@@ -136,7 +143,7 @@ func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Strea
 	}
 	r.markCreateSent()
 	sent = true
-	s, err := r.w.up.Create(ctx, createRequest(req, r.id))
+	s, err := r.w.up.Create(ctx, cr)
 	limited := errors.Is(err, foundry.ErrRateLimited)
 	r.w.limiter.done(deployment, probe, limited, retryDelay(err, 0))
 	if err != nil {

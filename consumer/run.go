@@ -231,6 +231,8 @@ func (r *run) conclude(out outcome) {
 		r.lostOwnership(out)
 	case out.lost:
 		r.endLost(out.err)
+	case out.invalid:
+		r.failInvalid(out.err)
 	default:
 		r.failUpstream(out)
 	}

@@ -69,7 +69,7 @@ cp deploy/Dockerfile "$ctx/foundryq/Dockerfile"
 echo "build-images: go build github.com/nats-io/nats-server/v2 ($GOOS/$GOARCH)" >&2
 layout "$ctx/nats" data
 go build "${build_flags[@]}" -o "$ctx/nats/nats-server" github.com/nats-io/nats-server/v2
-cp deploy/nats/Dockerfile deploy/nats/nats-server.conf deploy/nats/dev.conf "$ctx/nats/"
+cp deploy/nats/Dockerfile deploy/nats/*.conf "$ctx/nats/"
 
 # DOCKER_BUILDKIT=0: the classic builder never pulls anything for FROM scratch.
 echo "build-images: docker build $app_image" >&2

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,18 +16,28 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/tlstest"
 )
 
 // These tests need no Docker: they check that the deployment files agree
 // with each other and with the wire contract.
 
-// TestNATSConfigs loads both server configs the way nats-server does.
+// TestNATSConfigs loads the server configs the way nats-server does (the
+// TLS one with certificates made here at its mount paths).
 func TestNATSConfigs(t *testing.T) {
-	t.Setenv("WORKER_PASSWORD", "wpass")
-	t.Setenv("CLIENT_PASSWORD", "cpass")
-	for _, name := range []string{"nats-server.conf", "dev.conf"} {
+	for _, v := range []string{"WORKER_PASSWORD", "CLIENT_PASSWORD", "JETSTREAM_KEY", "TEAM_A_WORKER_PASSWORD", "TEAM_A_CLIENT_PASSWORD", "TEAM_B_WORKER_PASSWORD", "TEAM_B_CLIENT_PASSWORD"} {
+		t.Setenv(v, "pass")
+	}
+	tlsConf := tlstest.New(t).ServerConfig(t, "nats", "nats-server-tls.conf")
+	files := map[string]string{
+		"nats-server.conf":     filepath.Join("nats", "nats-server.conf"),
+		"dev.conf":             filepath.Join("nats", "dev.conf"),
+		"tenants.conf":         filepath.Join("nats", "tenants.conf"),
+		"nats-server-tls.conf": tlsConf,
+	}
+	for name, path := range files {
 		t.Run(name, func(t *testing.T) {
-			opts, err := server.ProcessConfigFile(filepath.Join("nats", name))
+			opts, err := server.ProcessConfigFile(path)
 			if err != nil {
 				t.Fatalf("nats-server rejects %s: %v", name, err)
 			}
@@ -36,7 +47,49 @@ func TestNATSConfigs(t *testing.T) {
 			if opts.HTTPPort != 8222 {
 				t.Errorf("%s: monitoring port %d, want 8222 (KEDA reads /jsz there)", name, opts.HTTPPort)
 			}
+			if name == "nats-server-tls.conf" && (opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert || opts.JetStreamCipher != server.ChaCha || opts.JetStreamKey == "") {
+				t.Errorf("%s: TLS %v, store cipher %v: want mutual TLS and an encrypted store", name, opts.TLSConfig != nil, opts.JetStreamCipher)
+			}
+			if name == "nats-server-tls.conf" && len(opts.Accounts) == 0 {
+				t.Errorf("%s: no accounts: the include of nats-server.conf did not work", name)
+			}
 		})
+	}
+}
+
+// TestTenantsConfigMatchesServerConf: each team's users in tenants.conf
+// have the permissions of the same role in nats-server.conf, with their
+// own inbox in place of _INBOX.<role>.
+func TestTenantsConfigMatchesServerConf(t *testing.T) {
+	for _, v := range []string{"WORKER_PASSWORD", "CLIENT_PASSWORD", "TEAM_A_WORKER_PASSWORD", "TEAM_A_CLIENT_PASSWORD", "TEAM_B_WORKER_PASSWORD", "TEAM_B_CLIENT_PASSWORD"} {
+		t.Setenv(v, "pass")
+	}
+	parsed, err := conf.ParseFile(filepath.Join("nats", "nats-server.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := usersOf(t, "nats-server.conf", dig(t, parsed, "accounts", "FOUNDRYQ", "users"))
+	tenants, err := conf.ParseFile(filepath.Join("nats", "tenants.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, team := range []string{"a", "b"} {
+		account := "TEAM_" + strings.ToUpper(team)
+		users := usersOf(t, "tenants.conf", dig(t, tenants, "accounts", account, "users"))
+		if len(users) != len(roles) {
+			t.Fatalf("%s has %d users, want one per role (%d)", account, len(users), len(roles))
+		}
+		for role, perms := range roles {
+			user := "team-" + team + "-" + role
+			got, ok := users[user]
+			if !ok {
+				t.Fatalf("%s has no user %s", account, user)
+			}
+			want := strings.ReplaceAll(canonical(t, perms), "_INBOX."+role+".>", "_INBOX."+user+".>")
+			if got := canonical(t, got); got != want {
+				t.Errorf("%s: permissions differ from role %s\ntenants.conf:     %s\nnats-server.conf: %s", user, role, got, want)
+			}
+		}
 	}
 }
 
@@ -84,6 +137,18 @@ func TestHelmValuesMatchServerConf(t *testing.T) {
 			t.Errorf("user %s: permissions differ\nnats-server.conf: %v\nnats-values.yaml: %v", name, perms, helmUsers[name])
 		}
 	}
+}
+
+// canonical is v as JSON, without HTML escapes (subjects hold '>').
+func canonical(t *testing.T, v any) string {
+	t.Helper()
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 // usersOf returns each user's permissions, normalised through JSON.
@@ -191,4 +256,26 @@ func readYAML(t *testing.T, name string) map[string]any {
 func jsonNumber(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestHelmValuesTLS: the Helm values show client TLS with verification,
+// from a Secret with the file names nats-server-tls.conf mounts.
+func TestHelmValuesTLS(t *testing.T) {
+	values := readYAML(t, "nats-values.yaml")
+	tlsBlock := dig(t, values, "config", "nats", "tls").(map[string]any)
+	if tlsBlock["secretName"] == "" || dig(t, tlsBlock, "merge", "verify") != true {
+		t.Errorf("config.nats.tls: %v, want a secretName and merge.verify: true", tlsBlock)
+	}
+	if key := dig(t, values, "tlsCA", "key"); key != "ca.crt" {
+		t.Errorf("tlsCA.key %v, want ca.crt (the name nats-server-tls.conf uses)", key)
+	}
+	raw, err := os.ReadFile(filepath.Join("nats", "nats-server-tls.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"/etc/nats/tls/tls.crt", "/etc/nats/tls/tls.key", "/etc/nats/tls/ca.crt"} {
+		if !strings.Contains(string(raw), f) {
+			t.Errorf("nats-server-tls.conf does not read %s (the kubernetes.io/tls Secret's names)", f)
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -27,6 +29,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/tlstest"
 )
 
 func TestMain(m *testing.M) {
@@ -59,12 +62,13 @@ func TestContainers(t *testing.T) {
 	t.Run("cancel reaches Foundry", s.testCancel)
 	t.Run("KEDA sees the work queue in /jsz", s.testJSZ)
 	t.Run("SIGTERM hands a run to the other worker", s.testHandoff)
-	t.Run("cancel with no worker running records it", s.testCancelNoWorker)
+	t.Run("with no worker running, a cancel is stored durably", s.testCancelNoWorker)
 	t.Run("client used only allowed subjects", s.testClientClean)
 	t.Run("client may not publish events or administer streams", s.testClientDenied)
 	t.Run("worker may not submit runs", s.testWorkerDenied)
 	t.Run("anonymous connections are refused", s.testAnonymous)
 	t.Run("dev.conf runs JetStream without auth", func(t *testing.T) { testDevConf(t, img) })
+	t.Run("the image's nats-server-tls.conf serves mutual TLS", func(t *testing.T) { testTLSConf(t, img) })
 }
 
 // requireDocker skips the test when no Docker engine answers, or fails it
@@ -221,8 +225,11 @@ func startStack(t *testing.T, img images) *stack {
 			network.WithNetwork([]string{id}, nw),
 			testcontainers.WithCmd("worker"),
 			testcontainers.WithEnv(map[string]string{
-				"NATS_URL":                  "nats://worker:" + s.workerPass + "@nats:4222",
+				"NATS_URL":                  "nats://nats:4222",
+				"NATS_USER":                 "worker",
+				"NATS_PASSWORD":             s.workerPass,
 				"FOUNDRY_ENDPOINT":          "http://emulator:8089/openai/v1/",
+				"FOUNDRY_ALLOW_HTTP":        "true", // the emulator, on the test's private network
 				"FOUNDRY_API_KEY":           emulatorKey,
 				"FOUNDRYQ_WORKER_ID":        id,
 				"FOUNDRYQ_CONCURRENCY":      "8",
@@ -235,7 +242,7 @@ func startStack(t *testing.T, img images) *stack {
 		waitHTTP(ctx, t, "http://"+s.endpoint(ctx, t, s.workers[id], "9090/tcp")+"/healthz")
 	}
 
-	nc, err := nats.Connect(s.natsURL, nats.UserInfo("client", s.clientPW), nats.Name("deploy-test-client"),
+	nc, err := events.Connect(s.natsURL, nats.UserInfo("client", s.clientPW), nats.Name("deploy-test-client"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			s.asyncMu.Lock()
 			s.asyncErr = append(s.asyncErr, err)
@@ -668,8 +675,11 @@ func (s *stack) testHandoff(t *testing.T) {
 	delete(s.workers, owner)
 }
 
-// testCancelNoWorker stops the remaining workers; the client then records the
-// cancel in the state bucket itself (it needs publish on $KV.foundryq-runs.*).
+// testCancelNoWorker stops the remaining workers; the client can still tell
+// a queued run from the runs stream's subject counts (without reading the
+// job), store a cancel durably on the cancels stream, and list the runs.
+// These are wire-level checks of what Client.Submit and Client.Cancel do in
+// the final design (clients never write run state).
 func (s *stack) testCancelNoWorker(t *testing.T) {
 	ctx := context.Background()
 	for id, ctr := range s.workers {
@@ -679,44 +689,53 @@ func (s *stack) testCancelNoWorker(t *testing.T) {
 		}
 		delete(s.workers, id)
 	}
+	names := s.client.Names()
+	ensureCancelsStream(t, ctx, s.natsURL, s.workerPass, names)
 	id := s.submit(t, ctx, nil)
-	// A second submit of a queued run is refused (the client reads the runs
-	// stream to tell queued from taken).
-	_, err := s.client.Submit(ctx, events.RunRequest{RunID: id, Model: "m", Input: json.RawMessage(`"again"`)})
-	if !errors.Is(err, events.ErrAlreadyQueued) {
-		t.Fatalf("second submit of queued run %s: %v, want ErrAlreadyQueued", id, err)
-	}
-	reply, err := s.client.Cancel(ctx, id, "no worker")
-	if err != nil {
-		t.Fatalf("cancel %s with no worker: %v", id, err)
-	}
-	if reply.Result != events.CancelCancelling {
-		t.Fatalf("cancel %s with no worker: result %q, want cancelling (recorded)", id, reply.Result)
-	}
-	st, _, err := s.client.State(ctx, id)
-	if err != nil {
-		t.Fatalf("state of %s: %v", id, err)
-	}
-	if st.Cancel == nil {
-		t.Fatalf("state of %s records no cancel: %+v", id, st)
-	}
-	// Listing runs (foundryq runs) watches the bucket's keys.
-	kv, err := s.client.StateStore(ctx)
+	runs, err := s.client.JetStream().Stream(ctx, names.RunsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	keys, err := kv.KeyValue().ListKeys(lctx)
+	info, err := runs.Info(ctx, jetstream.WithSubjectFilter(names.RunSubject(id)))
+	if err != nil || info.State.Subjects[names.RunSubject(id)] != 1 {
+		t.Fatalf("queued run %s by the runs stream's subject counts: %v, %v", id, info, err)
+	}
+	ack, err := s.client.JetStream().Publish(ctx, names.CancelRecordSubject(id), []byte(`{"reason":"no worker"}`))
+	if err != nil || ack.Stream != names.CancelsStream() {
+		t.Fatalf("durable cancel record of %s: %+v, %v", id, ack, err)
+	}
+	if _, err := s.nc.Request(names.CancelSubject(id), []byte(`{"reason":"no worker"}`), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("cancel request with no worker: %v, want no responders", err)
+	}
+	// Listing runs (foundryq runs) reads the bucket stream's subjects.
+	kvStream, err := s.client.JetStream().Stream(ctx, "KV_"+names.Bucket())
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvStream.Info(ctx, jetstream.WithSubjectFilter("$KV."+names.Bucket()+".>")); err != nil {
 		t.Fatalf("list run states: %v", err)
 	}
-	found := false
-	for k := range keys.Keys() {
-		found = found || k == id
+}
+
+// ensureCancelsStream creates the durable cancel records stream as the
+// worker user if the workers' foundryq does not create it yet.
+func ensureCancelsStream(t *testing.T, ctx context.Context, natsURL, workerPass string, names events.Names) {
+	t.Helper()
+	nc, err := events.Connect(natsURL, nats.UserInfo("worker", workerPass))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !found {
-		t.Errorf("run %s missing from the listed states", id)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(ctx, names.CancelsStream()); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: names.CancelsStream(), Subjects: []string{names.CancelRecordsWildcard()}, MaxAge: time.Hour}); err != nil {
+			t.Fatalf("create %s: %v", names.CancelsStream(), err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -738,7 +757,7 @@ func (s *stack) testClientClean(t *testing.T) {
 func (s *stack) denied(t *testing.T, user, pass string) (*nats.Conn, <-chan error) {
 	t.Helper()
 	errs := make(chan error, 16)
-	nc, err := nats.Connect(s.natsURL, nats.UserInfo(user, pass), nats.Name("deploy-test-"+user),
+	nc, err := events.Connect(s.natsURL, nats.UserInfo(user, pass), nats.Name("deploy-test-"+user),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case errs <- err:
@@ -755,7 +774,7 @@ func (s *stack) denied(t *testing.T, user, pass string) (*nats.Conn, <-chan erro
 // expectViolation waits for the server's permission violation on subject.
 func expectViolation(t *testing.T, errs <-chan error, subject string) {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(deniedWait)
 	for {
 		select {
 		case err := <-errs:
@@ -795,6 +814,17 @@ func (s *stack) testClientDenied(t *testing.T) {
 		t.Fatal("client deleted stream FOUNDRYQ_RUNS")
 	}
 	expectViolation(t, errs, "$JS.API.STREAM.DELETE.FOUNDRYQ_RUNS")
+
+	kctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := js.Publish(kctx, "$KV.foundryq-runs.x", []byte(`{}`)); err == nil {
+		t.Fatal("client wrote the state bucket")
+	}
+	expectViolation(t, errs, "$KV.foundryq-runs.x")
+	if _, err := nc.Subscribe("_INBOX.worker.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	expectViolation(t, errs, "_INBOX.worker.>")
 	if _, err := s.client.JetStream().Stream(ctx, "FOUNDRYQ_RUNS"); err != nil {
 		t.Fatalf("stream FOUNDRYQ_RUNS after the denied delete: %v", err)
 	}
@@ -814,10 +844,11 @@ func (s *stack) testWorkerDenied(t *testing.T) {
 	}
 	expectViolation(t, errs, subject)
 
-	if err := nc.Publish("foundryq.cancel.x", nil); err != nil {
+	// (A worker may publish on the cancel subject: notices to a run's owner.)
+	if err := nc.Publish("foundryq.cancels.x", nil); err != nil {
 		t.Fatal(err)
 	}
-	expectViolation(t, errs, "foundryq.cancel.x")
+	expectViolation(t, errs, "foundryq.cancels.x")
 }
 
 func (s *stack) testAnonymous(t *testing.T) {
@@ -863,5 +894,56 @@ func testDevConf(t *testing.T, img images) {
 	}
 	if _, err := js.Publish(ctx, "probe.x", []byte("x")); err != nil {
 		t.Fatalf("publish to the file stream: %v", err)
+	}
+}
+
+// testTLSConf starts the NATS image with nats-server-tls.conf, as in
+// Kubernetes: certificates mounted at /etc/nats/tls (made by the test), the
+// passwords and the store key in the environment. It checks the image
+// carries the file and what it includes, and that a client needs TLS and
+// its certificate.
+func testTLSConf(t *testing.T, img images) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*startTimeout)
+	defer cancel()
+	certs := tlstest.New(t)
+	var files []testcontainers.ContainerFile
+	for src, dst := range map[string]string{certs.ServerCert: "tls.crt", certs.ServerKey: "tls.key", certs.CA: "ca.crt"} {
+		files = append(files, testcontainers.ContainerFile{HostFilePath: src, ContainerFilePath: "/etc/nats/tls/" + dst, FileMode: 0o644})
+	}
+	clientPW := "c" + randomHex(t, 12)
+	ctr := run(ctx, t, "nats-tls", img.nats,
+		testcontainers.WithCmd("--config", "/etc/nats/nats-server-tls.conf"),
+		testcontainers.WithFiles(files...),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": clientPW, "JETSTREAM_KEY": "k" + randomHex(t, 16)}),
+		testcontainers.WithExposedPorts("4222/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
+	)
+	host := reachableHost(ctx, t, ctr, "4222/tcp")
+	mp, err := ctr.MappedPort(ctx, "4222/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "tls://" + net.JoinHostPort(host, mp.Port())
+	cert, err := tls.LoadX509KeyPair(certs.ClientCert, certs.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(certs.CA)
+	if err != nil || !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("read CA: %v", err)
+	}
+	// The certificate names localhost; the published port may be reached
+	// through another address.
+	tlsConfig := &tls.Config{ServerName: "localhost", RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	nc, err := events.Connect(url, nats.UserInfo("client", clientPW), nats.Secure(tlsConfig), nats.Timeout(10*time.Second))
+	if err != nil {
+		t.Fatalf("connect over mutual TLS: %v", err)
+	}
+	nc.Close()
+	noCert := &tls.Config{ServerName: "localhost", RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if nc, err := events.Connect(url, nats.UserInfo("client", clientPW), nats.Secure(noCert), nats.Timeout(10*time.Second)); err == nil {
+		nc.Close()
+		t.Fatal("connected without a client certificate")
 	}
 }

@@ -7,9 +7,14 @@
 //	Dockerfile             foundryq image, FROM scratch (binary built by build-images.sh)
 //	nats/Dockerfile        nats-server image, FROM scratch
 //	nats/nats-server.conf  NATS with JetStream, monitoring and the worker/client users
+//	nats/nats-server-tls.conf  the same with mutual TLS and an encrypted store
+//	nats/tenants.conf      an account per team, each with its worker and client users
 //	nats/dev.conf          NATS with JetStream and no authentication (docker-compose.yml)
 //	build-images.sh        builds the static binaries and both images locally
 //	k8s/                   worker Deployment, KEDA ScaledObject, Helm values for NATS
+//
+// The permissions, TLS and tenants tests run those configs in process (no
+// Docker) with real workers and check each role's rights both ways.
 //
 // The container tests build both images FROM scratch with build-images.sh
 // (no registry is needed), start NATS, the Foundry emulator and two workers

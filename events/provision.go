@@ -42,6 +42,18 @@ type ProvisionConfig struct {
 	StateTTL time.Duration
 	// DeadMaxAge is how long dead letters are kept. Default 30 days.
 	DeadMaxAge time.Duration
+	// EventsMaxConsumers caps the consumers on the events stream (every
+	// Watch holds one while it runs; -1: no cap). NATS permissions cannot
+	// tell the ordered consumer of a watch from a durable one created on
+	// the same API subject, so this and EventsConsumerInactive bound what a
+	// client can leave behind. Default 10000.
+	EventsMaxConsumers int
+	// EventsConsumerInactive is the events stream's consumer limit on
+	// InactiveThreshold: a consumer that asks for none gets it (durables
+	// included), and one that asks for more is refused, so every consumer
+	// a client leaves behind is removed after this long without a pull.
+	// Default 5m, the threshold of nats.go's ordered consumers.
+	EventsConsumerInactive time.Duration
 }
 
 // Provision defaults.
@@ -54,6 +66,12 @@ const (
 	DefaultMaxAckPending    = 10000
 	DefaultStateTTL         = 7 * 24 * time.Hour
 	DefaultDeadMaxAge       = 30 * 24 * time.Hour
+)
+
+// Defaults of the events stream's consumer limits.
+const (
+	DefaultEventsMaxConsumers     = 10000
+	DefaultEventsConsumerInactive = 5 * time.Minute
 )
 
 func (c ProvisionConfig) withDefaults() ProvisionConfig {
@@ -83,6 +101,12 @@ func (c ProvisionConfig) withDefaults() ProvisionConfig {
 	}
 	if c.DeadMaxAge == 0 {
 		c.DeadMaxAge = DefaultDeadMaxAge
+	}
+	if c.EventsMaxConsumers == 0 {
+		c.EventsMaxConsumers = DefaultEventsMaxConsumers
+	}
+	if c.EventsConsumerInactive == 0 {
+		c.EventsConsumerInactive = DefaultEventsConsumerInactive
 	}
 	return c
 }
@@ -120,6 +144,10 @@ func (c ProvisionConfig) check() error {
 		return fmt.Errorf("events: provision: StateTTL %s must be at least EventsMaxAge %s (a used run id must be recognised as long as its events exist)", c.StateTTL, c.EventsMaxAge)
 	case c.DeadMaxAge < time.Second:
 		return fmt.Errorf("events: provision: DeadMaxAge %s must be at least 1s", c.DeadMaxAge)
+	case c.EventsMaxConsumers < -1:
+		return fmt.Errorf("events: provision: EventsMaxConsumers %d must be -1 (no cap) or positive", c.EventsMaxConsumers)
+	case c.EventsConsumerInactive < time.Second:
+		return fmt.Errorf("events: provision: EventsConsumerInactive %s must be at least 1s", c.EventsConsumerInactive)
 	}
 	return nil
 }
@@ -163,6 +191,10 @@ func EventsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 		MaxAge:      cfg.EventsMaxAge,
 		Duplicates:  cfg.EventsDuplicates,
 		AllowDirect: true,
+		// Clients create consumers here (Watch): bound how many, and for
+		// how long one without pulls outlives its creator.
+		MaxConsumers:   cfg.EventsMaxConsumers,
+		ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: cfg.EventsConsumerInactive},
 	}
 }
 

@@ -2,10 +2,11 @@ package events
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,8 +49,9 @@ func (f RunFilter) Match(st RunState) bool {
 }
 
 // Runs lists the runs whose state records match filter, most recently
-// updated first. It reads the state bucket once (one ordered consumer);
-// runs still waiting in the queue have no record yet and are not listed.
+// updated first. It reads the bucket's keys from its stream's subjects, then
+// each record; runs still waiting in the queue have no record yet and are
+// not listed.
 // The iterator yields a single error if the bucket cannot be read.
 func (c *Client) Runs(ctx context.Context, filter RunFilter) iter.Seq2[RunState, error] {
 	return func(yield func(RunState, error) bool) {
@@ -71,29 +73,18 @@ func (c *Client) Runs(ctx context.Context, filter RunFilter) iter.Seq2[RunState,
 }
 
 func (c *Client) listRuns(ctx context.Context, filter RunFilter) ([]RunState, error) {
-	store, err := c.StateStore(ctx)
+	ids, err := c.runIDs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w, err := store.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("events: list runs: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
 	var runs []RunState
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-ctx.Done():
-			return nil, fmt.Errorf("events: list runs: %w", context.Cause(ctx))
+	for _, id := range ids {
+		st, _, err := c.State(ctx, id)
+		if errors.Is(err, ErrStateNotFound) || errors.Is(err, ErrStateCorrupt) {
+			continue // deleted or expired meanwhile, or unreadable (the workers report it)
 		}
-		if e == nil {
-			break // the end of the current values
-		}
-		var st RunState
-		if json.Unmarshal(e.Value(), &st) != nil {
-			continue // unreadable: the workers report it
+		if err != nil {
+			return nil, fmt.Errorf("events: list runs: %w", err)
 		}
 		if filter.Match(st) {
 			runs = append(runs, st)
@@ -104,4 +95,25 @@ func (c *Client) listRuns(ctx context.Context, filter RunFilter) ([]RunState, er
 		runs = runs[:filter.Limit]
 	}
 	return runs, nil
+}
+
+// runIDs lists the keys of the state bucket from its stream's subjects:
+// reading them needs only stream info, which the client role may do, not a
+// consumer on the bucket, which it may not create.
+func (c *Client) runIDs(ctx context.Context) ([]string, error) {
+	bucket := c.names.Bucket()
+	stream, err := c.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("events: list runs: open state bucket %s (has a worker provisioned it?): %w", bucket, err)
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, fmt.Errorf("events: list runs: %w", err)
+	}
+	ids := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		ids = append(ids, strings.TrimPrefix(subject, prefix))
+	}
+	return ids, nil
 }

@@ -289,19 +289,10 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
-	store, err := c.StateStore(ctx)
-	if err != nil {
-		return err
-	}
-	keys, err := store.KeyValue().ListKeys(ctx)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(stdout, "%-32s %-10s %-16s %-20s %s\n", "RUN", "STATUS", "TERMINAL", "OWNER", "UPDATED")
-	for key := range keys.Keys() {
-		st, _, err := store.Get(ctx, key)
+	for st, err := range c.Runs(ctx, events.RunFilter{}) {
 		if err != nil {
-			continue // deleted or expired meanwhile
+			return err
 		}
 		fmt.Fprintf(stdout, "%-32s %-10s %-16s %-20s %s\n", st.RunID, st.Status, st.Terminal, st.Owner, st.UpdatedAt.Format(time.RFC3339))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,35 +11,93 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/secrets"
 )
+
+// natsAuthFlags are the credentials of a NATS connection.
+type natsAuthFlags struct {
+	user, password, creds, inboxPrefix *string
+}
+
+func addNATSAuthFlags(f *flags) natsAuthFlags {
+	return natsAuthFlags{
+		user:        f.String("nats-user", "NATS_USER", "", "NATS user (or in the URL: nats://USER:PASSWORD@host)"),
+		password:    f.Secret("nats-password", "NATS_PASSWORD", "password of --nats-user"),
+		creds:       f.String("nats-creds", "NATS_CREDS", "", "NATS credentials file (JWT + seed)"),
+		inboxPrefix: f.String("nats-inbox-prefix", "NATS_INBOX_PREFIX", "", "reply inbox prefix; default _INBOX.<user> when the user has a name (the deploy/ configs allow each user only its own)"),
+	}
+}
+
+// options returns the connection options the flags ask for.
+func (a natsAuthFlags) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	switch {
+	case *a.user != "":
+		opts = append(opts, nats.UserInfo(*a.user, *a.password))
+	case *a.password != "":
+		return nil, usageError{errors.New("--nats-password (NATS_PASSWORD) needs --nats-user (NATS_USER)")}
+	}
+	if *a.creds != "" {
+		opts = append(opts, nats.UserCredentials(*a.creds))
+	}
+	if *a.inboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(*a.inboxPrefix))
+	}
+	return opts, nil
+}
 
 // natsFlags are the settings every command that talks to NATS shares.
 type natsFlags struct {
-	url, creds, prefix *string
+	url, prefix            *string
+	auth                   natsAuthFlags
+	tlsCA, tlsCert, tlsKey *string
 }
 
 func addNATSFlags(f *flags) natsFlags {
 	return natsFlags{
-		url:    f.String("nats-url", "NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated"),
-		creds:  f.String("nats-creds", "NATS_CREDS", "", "NATS credentials file (JWT + seed)"),
-		prefix: f.String("prefix", "FOUNDRYQ_PREFIX", "foundryq", "subject prefix of the wire contract"),
+		url:     f.String("nats-url", "NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated; tls://host:port requires TLS"),
+		auth:    addNATSAuthFlags(f),
+		tlsCA:   f.String("nats-tls-ca", "NATS_TLS_CA", "", "CA certificate(s) (PEM) that sign the NATS server's certificate; turns TLS on"),
+		tlsCert: f.String("nats-tls-cert", "NATS_TLS_CERT", "", "client certificate (PEM) for NATS servers that verify clients (with --nats-tls-key)"),
+		tlsKey:  f.String("nats-tls-key", "NATS_TLS_KEY", "", "private key (PEM) of --nats-tls-cert"),
+		prefix:  f.String("prefix", "FOUNDRYQ_PREFIX", "foundryq", "subject prefix of the wire contract"),
 	}
+}
+
+// options returns the connection options of the credentials and TLS flags.
+func (n natsFlags) options() ([]nats.Option, error) {
+	opts, err := n.auth.options()
+	if err != nil {
+		return nil, err
+	}
+	if (*n.tlsCert == "") != (*n.tlsKey == "") {
+		return nil, usageError{errors.New("--nats-tls-cert (NATS_TLS_CERT) and --nats-tls-key (NATS_TLS_KEY) go together")}
+	}
+	if *n.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(*n.tlsCA))
+	}
+	if *n.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(*n.tlsCert, *n.tlsKey))
+	}
+	return opts, nil
 }
 
 // connect dials NATS. Every command reconnects after a lost connection; a
 // worker also waits for a server that is not up yet, while the client
-// commands fail at once with a hint.
+// commands fail at once with a hint. Errors never show a password or
+// token of the URL (events.Connect).
 func (n natsFlags) connect(name string, waitForServer bool) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.Timeout(3 * time.Second)}
-	if *n.creds != "" {
-		opts = append(opts, nats.UserCredentials(*n.creds))
+	extra, err := n.options()
+	if err != nil {
+		return nil, err
 	}
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.Timeout(3 * time.Second)}, extra...)
 	if waitForServer {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
-	nc, err := nats.Connect(*n.url, opts...)
+	nc, err := events.Connect(*n.url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is a server running? try: go run ./cmd/foundryq dev)", *n.url, err)
+		return nil, fmt.Errorf("%w (is a server running? try: go run ./cmd/foundryq dev)", err)
 	}
 	return nc, nil
 }
@@ -56,6 +115,50 @@ func (n natsFlags) client(name string) (*events.Client, func(), error) {
 		return nil, nil, err
 	}
 	return c, nc.Close, nil
+}
+
+// secretSettings are the settings whose values are credentials: --help
+// never shows a value for them, and every value given (flag or
+// environment) is scrubbed from stderr, where logs and errors go. For URLs
+// (url true) the passwords and tokens in them are the secrets.
+var secretSettings = []struct {
+	flag, env string
+	url       bool
+}{
+	{"nats-url", "NATS_URL", true},
+	{"nats-password", "NATS_PASSWORD", false},
+	{"foundry-api-key", "FOUNDRY_API_KEY", false},
+	{"foundry-endpoint", "FOUNDRY_ENDPOINT", true},
+	{"emulator-api-key", "FOUNDRYQ_EMULATOR_API_KEY", false},
+}
+
+// knownSecrets returns the secret values among the command line's flags
+// and the environment.
+func knownSecrets(args []string, lookupEnv func(string) (string, bool)) []string {
+	var out []string
+	add := func(v string, isURL bool) {
+		if isURL {
+			out = append(out, secrets.URLSecrets(v)...)
+		} else if v != "" {
+			out = append(out, v)
+		}
+	}
+	for _, s := range secretSettings {
+		if v, ok := lookupEnv(s.env); ok {
+			add(v, s.url)
+		}
+		for i, a := range args {
+			name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if !strings.HasPrefix(a, "-") || name != s.flag {
+				continue
+			}
+			if !hasValue && i+1 < len(args) {
+				value = args[i+1]
+			}
+			add(value, s.url)
+		}
+	}
+	return out
 }
 
 // runIDArg is the single RUN_ID argument of a command.

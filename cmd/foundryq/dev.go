@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -22,6 +24,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f := newFlags("dev", "dev [flags]")
 	natsPort := f.Int("nats-port", "FOUNDRYQ_DEV_NATS_PORT", 4222, "port of the embedded NATS server (on 127.0.0.1)")
 	dataDir := f.String("data-dir", "FOUNDRYQ_DEV_DATA_DIR", "", "JetStream data directory (default: a temporary directory, removed at exit)")
+	natsConfig := f.String("nats-config", "FOUNDRYQ_DEV_NATS_CONFIG", "", "nats-server config file for the embedded server, e.g. deploy/nats/nats-server.conf (its port and store dir are replaced; dev's workers connect with --nats-user); default: no authentication")
+	auth := addNATSAuthFlags(f)
 	emuAddr := f.String("emulator-addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "address of the Foundry emulator (not started when FOUNDRY_ENDPOINT is set)")
 	workers := f.Int("workers", "FOUNDRYQ_DEV_WORKERS", 1, "in-process workers to run (0: none)")
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics and /healthz (empty: off)")
@@ -35,8 +39,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *workers < 0 {
 		return usageError{fmt.Errorf("dev: --workers must be 0 or more, got %d", *workers)}
 	}
+	if *wf.endpoint != "" {
+		if err := checkEndpoint(*wf.endpoint, *wf.allowHTTP); err != nil {
+			return err
+		}
+	}
+	resolver, err := wf.resolver()
+	if err != nil {
+		return err
+	}
+	authOpts, err := auth.options()
+	if err != nil {
+		return err
+	}
 
-	ns, err := natsembed.Start(natsembed.Config{Host: "127.0.0.1", Port: *natsPort, StoreDir: *dataDir})
+	ns, err := natsembed.Start(natsembed.Config{Host: "127.0.0.1", Port: *natsPort, StoreDir: *dataDir, ConfigFile: *natsConfig})
 	if err != nil {
 		return fmt.Errorf("dev: start NATS on 127.0.0.1:%d: %w", *natsPort, err)
 	}
@@ -64,9 +81,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer up.CloseIdleConnections()
-	nc, err := ns.Connect()
+	// With --nats-config, as a user of that file (its inbox prefix derived).
+	nc, err := events.Connect(ns.ClientURL(), append([]nats.Option{nats.Name("foundryq-dev")}, authOpts...)...)
 	if err != nil {
-		return err
+		return fmt.Errorf("dev: %w", err)
 	}
 	defer nc.Close()
 
@@ -94,6 +112,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for i := range *workers {
 		wlog := log.With().Str("component", "worker").Logger()
 		cfg := wf.config("", &wlog)
+		cfg.Secrets = resolver
 		if cfg.WorkerID == "" {
 			cfg.WorkerID = "dev-" + strconv.Itoa(i+1)
 		} else if *workers > 1 {
@@ -110,6 +129,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	fmt.Fprintf(stdout, "foundryq dev is running.\n  NATS:     %s (JetStream data in %s)\n", ns.ClientURL(), ns.StoreDir())
+	if *natsConfig != "" {
+		fmt.Fprintf(stdout, "  Users:    from %s: connect as one, e.g. --nats-url nats://client:PASSWORD@%s\n", *natsConfig, strings.TrimPrefix(ns.ClientURL(), "nats://"))
+	}
 	if emu != nil {
 		fmt.Fprintf(stdout, "  Foundry:  emulator at %s (stats: %s/_emulator/stats)\n", emu.baseURL(), emu.url())
 	} else {

@@ -21,6 +21,7 @@ type flags struct {
 
 type flagEntry struct {
 	name, env, def, help string
+	secret               bool
 }
 
 func newFlags(name, usage string) *flags {
@@ -30,7 +31,7 @@ func newFlags(name, usage string) *flags {
 }
 
 func (f *flags) add(name, env, def, help string) string {
-	f.entries = append(f.entries, flagEntry{name, env, def, help})
+	f.entries = append(f.entries, flagEntry{name: name, env: env, def: def, help: help})
 	if env != "" {
 		if v, ok := os.LookupEnv(env); ok {
 			return v
@@ -41,6 +42,15 @@ func (f *flags) add(name, env, def, help string) string {
 
 func (f *flags) String(name, env, def, help string) *string {
 	return f.fs.String(name, f.add(name, env, def, help), help)
+}
+
+// Secret declares a string setting that holds a credential: it has no
+// default, --help says to give it in the environment, and its value is
+// scrubbed from stderr (secretSettings must list it).
+func (f *flags) Secret(name, env, help string) *string {
+	p := f.String(name, env, "", help)
+	f.entries[len(f.entries)-1].secret = true
+	return p
 }
 
 func (f *flags) Int(name, env string, def int, help string) *int {
@@ -113,6 +123,11 @@ func (f *flags) printHelp(w io.Writer) {
 		def := e.def
 		if def == "" {
 			def = `""`
+		}
+		if e.secret {
+			// Never a value, and the advice that keeps it out of process lists.
+			fmt.Fprintf(w, "  --%-24s %s\n  %-26s env %s (a secret: give it in the environment, not on the command line)\n", e.name, e.help, "", env)
+			continue
 		}
 		fmt.Fprintf(w, "  --%-24s %s\n  %-26s env %s, default %s\n", e.name, e.help, "", env, def)
 	}

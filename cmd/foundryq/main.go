@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/foundryq/foundryq/internal/secrets"
 )
 
 // command is one subcommand.
@@ -57,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	// Logs and errors go to stderr: scrub every credential given to this
+	// command from it, whatever library quotes it.
+	stderr = secrets.NewWriter(stderr, knownSecrets(args[1:], os.LookupEnv)...)
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "foundryq: unknown command %q\n\n", args[0])

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,11 +21,14 @@ import (
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/secrets"
 )
 
 // workerFlags are the settings of a worker (shared by worker and dev).
 type workerFlags struct {
 	endpoint, apiKey, scope, agentField         *string
+	allowHTTP                                   *bool
+	secretsDir, secretHosts                     *string
 	concurrency, maxDeliver, replicas           *int
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
@@ -35,7 +40,8 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	var w workerFlags
 	if withEndpoint {
 		w.endpoint = f.String("foundry-endpoint", "FOUNDRY_ENDPOINT", "", "Foundry v1 base URL: https://RES.openai.azure.com/openai/v1/ or https://RES.services.ai.azure.com/api/projects/PROJECT/openai/v1/")
-		w.apiKey = f.String("foundry-api-key", "FOUNDRY_API_KEY", "", "Foundry API key; without it Entra ID (DefaultAzureCredential) is used")
+		w.allowHTTP = f.Bool("foundry-allow-http", "FOUNDRY_ALLOW_HTTP", false, "allow an http:// --foundry-endpoint on a host other than loopback (an emulator on a private network; never Azure)")
+		w.apiKey = f.Secret("foundry-api-key", "FOUNDRY_API_KEY", "Foundry API key; without it Entra ID (DefaultAzureCredential) is used")
 		w.scope = f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host")
 		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference")
 	}
@@ -53,7 +59,51 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept")
 	w.stateTTL = f.Duration("state-ttl", "FOUNDRYQ_STATE_TTL", 7*24*time.Hour, "how long run state records are kept")
 	w.replicas = f.Int("replicas", "FOUNDRYQ_REPLICAS", 1, "JetStream replicas for streams and bucket")
+	w.secretsDir = f.String("secrets-dir", "FOUNDRYQ_SECRETS_DIR", "", "directory of secrets, one file each (a mounted Kubernetes Secret), for {\"secret\": NAME} references in MCP tools; also read: FOUNDRYQ_SECRET_<NAME> variables")
+	w.secretHosts = f.String("secret-hosts", "FOUNDRYQ_SECRET_HOSTS", "", "where each secret may be sent: NAME=HOST[,HOST...] entries separated by ';' or spaces (HOST: an https server_url host, *.domain, or a connector id)")
 	return w
+}
+
+// resolver returns the secret store of --secrets-dir, the FOUNDRYQ_SECRET_*
+// variables and --secret-hosts, checked at start.
+func (w workerFlags) resolver() (*secrets.Resolver, error) {
+	hosts, err := secrets.ParseHosts(*w.secretHosts)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--secret-hosts (FOUNDRYQ_SECRET_HOSTS): %w", err)}
+	}
+	r, err := secrets.NewResolver(secrets.Config{Dir: *w.secretsDir, Hosts: hosts})
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--secrets-dir / --secret-hosts: %w", err)}
+	}
+	return r, nil
+}
+
+// checkEndpoint refuses a Foundry endpoint that would send the API key or
+// an Entra ID token in clear text: http:// is for loopback only, unless
+// --foundry-allow-http says otherwise.
+func checkEndpoint(endpoint string, allowHTTP bool) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return usageError{fmt.Errorf("--foundry-endpoint (FOUNDRY_ENDPOINT) %q: want an absolute https:// URL", secrets.RedactURL(endpoint))}
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if allowHTTP || isLoopback(u.Hostname()) {
+			return nil
+		}
+		return usageError{fmt.Errorf("--foundry-endpoint (FOUNDRY_ENDPOINT) %s: http:// would send credentials in clear text; use https://, or set --foundry-allow-http (FOUNDRY_ALLOW_HTTP=true) for an emulator on a private network", secrets.RedactURL(endpoint))}
+	}
+	return usageError{fmt.Errorf("--foundry-endpoint (FOUNDRY_ENDPOINT) %s: scheme %q, want https", secrets.RedactURL(endpoint), u.Scheme)}
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config {
@@ -96,6 +146,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *wf.endpoint == "" {
 		return usageError{errors.New("worker: --foundry-endpoint (FOUNDRY_ENDPOINT) is required")}
 	}
+	if err := checkEndpoint(*wf.endpoint, *wf.allowHTTP); err != nil {
+		return err
+	}
+	resolver, err := wf.resolver()
+	if err != nil {
+		return err
+	}
 	up, err := foundry.New(wf.foundryConfig(*wf.endpoint, *wf.apiKey))
 	if err != nil {
 		return err
@@ -111,6 +168,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := wf.config(*nf.prefix, &log)
 	cfg.Registerer = reg
+	cfg.Secrets = resolver
 	w, err := consumer.New(nc, up, cfg)
 	if err != nil {
 		return err

@@ -1,5 +1,7 @@
 // Package natsembed starts an embedded nats-server with JetStream, for tests
-// and for `foundryq dev`.
+// and for `foundryq dev`, either with defaults (no authentication) or from a
+// nats-server configuration file such as deploy/nats/nats-server.conf, with
+// its listen address, store directory and monitoring port replaced.
 //
 // The server never installs signal handlers (NoSigs) and never uses the
 // stock logger, whose Fatalf calls os.Exit: log lines go to the zerolog
@@ -42,8 +44,16 @@ type Config struct {
 	// Debug enables the server's debug lines on Logger. Default off.
 	Debug bool
 	// MaxPayload is the largest message the server accepts, in bytes.
-	// Default 0: the server's default (1 MiB).
+	// Default 0: the server's default (1 MiB), or the config file's.
 	MaxPayload int32
+	// ConfigFile, if set, is a nats-server configuration file to start
+	// from (parsed by nats-server itself, environment variables and
+	// includes resolved as nats-server does), e.g. one with accounts,
+	// users and permissions. Host, Port, StoreDir and InProcess above
+	// replace its listen address and store directory; its monitoring port,
+	// cluster and leaf node listeners are turned off, and JetStream is on.
+	// Its server_name is kept unless ServerName is set.
+	ConfigFile string
 }
 
 func (c Config) withDefaults() Config {
@@ -53,7 +63,7 @@ func (c Config) withDefaults() Config {
 	if c.Port == 0 {
 		c.Port = server.RANDOM_PORT
 	}
-	if c.ServerName == "" {
+	if c.ServerName == "" && c.ConfigFile == "" {
 		c.ServerName = "foundryq-embedded"
 	}
 	if c.ReadyTimeout == 0 {
@@ -100,18 +110,27 @@ func Start(cfg Config) (*Server, error) {
 		storeDir, s.tempDir = dir, dir
 	}
 	s.storeDir = storeDir
-	opts := &server.Options{
-		ServerName: cfg.ServerName,
-		Host:       cfg.Host,
-		Port:       cfg.Port,
-		DontListen: cfg.InProcess,
-		JetStream:  true,
-		StoreDir:   storeDir,
-		NoSigs:     true,
-		NoLog:      cfg.Logger == nil,
-		Debug:      cfg.Debug,
-		MaxPayload: cfg.MaxPayload,
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		fopts, err := server.ProcessConfigFile(cfg.ConfigFile)
+		if err != nil {
+			s.cleanup()
+			return nil, fmt.Errorf("natsembed: config file: %w", err)
+		}
+		opts = fopts
+		// Listeners the file may open besides the client port.
+		opts.HTTPPort, opts.HTTPSPort = 0, 0
+		opts.Cluster.Port, opts.LeafNode.Port, opts.Websocket.Port, opts.MQTT.Port = 0, 0, 0, 0
 	}
+	if cfg.ServerName != "" {
+		opts.ServerName = cfg.ServerName
+	}
+	if cfg.MaxPayload != 0 {
+		opts.MaxPayload = cfg.MaxPayload
+	}
+	opts.Host, opts.Port, opts.DontListen = cfg.Host, cfg.Port, cfg.InProcess
+	opts.JetStream, opts.StoreDir = true, storeDir
+	opts.NoSigs, opts.NoLog, opts.Debug = true, cfg.Logger == nil, cfg.Debug
 	if err := s.start(opts); err != nil {
 		s.Shutdown()
 		return nil, err

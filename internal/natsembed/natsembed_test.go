@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -130,4 +133,63 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+func TestStartFromConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "nats.conf")
+	// A fixed port, a monitoring port and a store dir that the overrides
+	// must replace: the test would fail on a busy 4222/8222 or a missing /nonexistent.
+	conf := `server_name: from-file
+port: 4222
+http_port: 8222
+jetstream { store_dir: /nonexistent/js }
+accounts { A { jetstream: enabled, users: [ { user: u, password: p } ] } }
+`
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := natsembed.Start(natsembed.Config{ConfigFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	if p := s.NATS().Addr().(*net.TCPAddr).Port; p == 4222 {
+		t.Errorf("listening on the file's port 4222, want a random one")
+	}
+	if s.NATS().MonitorAddr() != nil {
+		t.Errorf("monitoring listens on %v, want off", s.NATS().MonitorAddr())
+	}
+	if name := s.NATS().Name(); name != "from-file" {
+		t.Errorf("server name %q, want the file's from-file", name)
+	}
+	if _, err := s.Connect(); err == nil {
+		t.Fatal("connected without the file's credentials")
+	}
+	nc, err := s.Connect(nats.UserInfo("u", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+		t.Fatalf("JetStream in the file's account: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.StoreDir(), "jetstream")); err != nil {
+		t.Errorf("no JetStream data in the overriding store dir: %v", err)
+	}
+}
+
+func TestStartFromBadConfigFile(t *testing.T) {
+	t.Parallel()
+	_, err := natsembed.Start(natsembed.Config{ConfigFile: filepath.Join(t.TempDir(), "missing.conf")})
+	if err == nil || !strings.Contains(err.Error(), "config file") {
+		t.Fatalf("err = %v, want a config file error", err)
+	}
 }

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func TestCheckEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		endpoint  string
+		allowHTTP bool
+		ok        bool
+	}{
+		{"https://res.openai.azure.com/openai/v1/", false, true},
+		{"http://127.0.0.1:8089/openai/v1/", false, true},
+		{"http://localhost:8089/openai/v1/", false, true},
+		{"http://[::1]:8089/openai/v1/", false, true},
+		{"http://emulator:8089/openai/v1/", false, false},
+		{"http://emulator:8089/openai/v1/", true, true},
+		{"http://10.0.0.5/openai/v1/", false, false},
+		{"ftp://res.openai.azure.com/", true, false},
+		{"res.openai.azure.com/openai/v1/", false, false},
+	} {
+		err := checkEndpoint(tt.endpoint, tt.allowHTTP)
+		var usage usageError
+		if (err == nil) != tt.ok || (err != nil && !errors.As(err, &usage)) {
+			t.Errorf("checkEndpoint(%q, allowHTTP %v) = %v, want ok %v", tt.endpoint, tt.allowHTTP, err, tt.ok)
+		}
+	}
+	if err := checkEndpoint("http://u:keySecret1@emulator/openai/v1/", false); err == nil || strings.Contains(err.Error(), "keySecret1") {
+		t.Errorf("error shows the endpoint's password: %v", err)
+	}
+}
+
+func TestKnownSecrets(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"NATS_URL": "nats://w:envpass1@h:4222", "FOUNDRY_API_KEY": "envkey1", "UNRELATED": "x"}
+	got := knownSecrets([]string{"--nats-url", "nats://c:flagpass1@h", "--foundry-api-key=flagkey1", "--nats-password", "flagpass2", "--model", "m"},
+		func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	sort.Strings(got)
+	want := []string{"envkey1", "envpass1", "flagkey1", "flagpass1", "flagpass2"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("knownSecrets = %v, want %v", got, want)
+	}
+}
+
+func TestHelpShowsNoSecret(t *testing.T) {
+	t.Setenv("NATS_PASSWORD", "helpSecret1")
+	t.Setenv("FOUNDRY_API_KEY", "helpSecret2")
+	t.Setenv("NATS_URL", "nats://client:helpSecret3@h:4222")
+	for _, name := range []string{"worker", "submit", "dev"} {
+		code, stdout, _ := runCmd(t, context.Background(), name, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: %d", name, code)
+		}
+		for _, s := range []string{"helpSecret1", "helpSecret2", "helpSecret3"} {
+			if strings.Contains(stdout, s) {
+				t.Errorf("%s --help shows %s", name, s)
+			}
+		}
+		if !strings.Contains(stdout, "env NATS_PASSWORD (a secret: give it in the environment") {
+			t.Errorf("%s --help does not mark --nats-password as a secret", name)
+		}
+	}
+}

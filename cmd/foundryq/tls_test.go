@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/tlstest"
+)
+
+// TestTLSFlags runs a worker and the client commands over mutual TLS
+// against deploy/nats/nats-server-tls.conf, with certificates made here.
+func TestTLSFlags(t *testing.T) {
+	certs := tlstest.New(t)
+	conf := certs.ServerConfig(t, filepath.Join("..", "..", "deploy", "nats"), "nats-server-tls.conf")
+	t.Setenv("WORKER_PASSWORD", "workerpw4")
+	t.Setenv("CLIENT_PASSWORD", "clientpw4")
+	t.Setenv("JETSTREAM_KEY", "jskey4")
+	ns, err := natsembed.Start(natsembed.Config{ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	hostPort := strings.TrimPrefix(ns.ClientURL(), "tls://")
+	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "tls-emu-key", DefaultTokenDelay: time.Millisecond})
+	defer emu.Close()
+	tlsArgs := []string{"--nats-tls-ca", certs.CA, "--nats-tls-cert", certs.ClientCert, "--nats-tls-key", certs.ClientKey}
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var wout, werr syncBuffer
+	go func() {
+		args := append([]string{"worker", "--nats-url", "tls://" + hostPort, "--nats-user", "worker", "--nats-password", "workerpw4",
+			"--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "tls-emu-key", "--http-addr", "", "--log-level", "warn"}, tlsArgs...)
+		done <- run(ctx, args, &wout, &werr)
+	}()
+	defer func() {
+		stop()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("worker exited %d: %s", code, werr.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("worker did not stop")
+		}
+	}()
+
+	clientURL := "tls://client:clientpw4@" + hostPort
+	cctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	// The worker provisions the bucket at start: runs succeeds from then on.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, _, stderr := runCmd(t, cctx, append([]string{"runs", "--nats-url", clientURL}, tlsArgs...)...)
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs over TLS kept failing: %s (worker: %s)", stderr, werr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, stdout, stderr := runCmd(t, cctx, append([]string{"submit", "--nats-url", clientURL, "--model", "m", "--input", "hi", "--run-id", "tls-1", "--watch"}, tlsArgs...)...)
+	if code != 0 || !strings.Contains(stderr, "run completed") {
+		t.Fatalf("submit --watch over TLS: %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+	}{
+		"no CA":                         {[]string{"--nats-tls-cert", certs.ClientCert, "--nats-tls-key", certs.ClientKey}, 1},
+		"no client certificate":         {[]string{"--nats-tls-ca", certs.CA}, 1},
+		"a certificate without its key": {[]string{"--nats-tls-ca", certs.CA, "--nats-tls-cert", certs.ClientCert}, 2},
+	} {
+		code, _, stderr := runCmd(t, cctx, append([]string{"runs", "--nats-url", clientURL}, tc.args...)...)
+		if code != tc.code || strings.Contains(stderr, "clientpw4") {
+			t.Errorf("%s: exit %d (want %d): %s", name, code, tc.code, stderr)
+		}
+	}
+}

@@ -1,0 +1,295 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+// Helpers for the tests that run a shipped NATS config in process: no
+// Docker, a random loopback port and a temporary store directory in place
+// of the file's 4222 and /data.
+
+// deniedWait bounds the wait for the server to report a refusal. A refused
+// publish is asynchronous in NATS: the publish returns nil and the server
+// answers -ERR later, which nats.go hands to the error handler.
+const deniedWait = 30 * time.Second
+
+// startConfig starts nats-server in process from a file in deploy/nats,
+// with env set for the file's $VARIABLES (so no t.Parallel).
+func startConfig(t *testing.T, name string, env map[string]string) *natsembed.Server {
+	t.Helper()
+	return startConfigFile(t, filepath.Join("nats", name), env)
+}
+
+// startConfigFile is startConfig for a file anywhere.
+func startConfigFile(t *testing.T, path string, env map[string]string) *natsembed.Server {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	s, err := natsembed.Start(natsembed.Config{ConfigFile: path, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats-server from %s: %v", path, err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// natsUser is a connection whose asynchronous errors (permission
+// violations) are recorded.
+type natsUser struct {
+	name string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+
+	mu   sync.Mutex
+	errs []error
+}
+
+// connectAs connects to s as user with events.Connect (so with the inbox
+// prefix _INBOX.<user>).
+func connectAs(t *testing.T, s *natsembed.Server, user, password string, opts ...nats.Option) *natsUser {
+	t.Helper()
+	u, err := dialAs(s, user, password, opts...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(u.nc.Close)
+	return u
+}
+
+// dialAs is connectAs that returns the connection error.
+func dialAs(s *natsembed.Server, user, password string, opts ...nats.Option) (*natsUser, error) {
+	u := &natsUser{name: user}
+	url := strings.Replace(s.ClientURL(), "://", "://"+user+":"+password+"@", 1)
+	opts = append([]nats.Option{nats.Name("deploy-test-" + user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		u.mu.Lock()
+		u.errs = append(u.errs, err)
+		u.mu.Unlock()
+	})}, opts...)
+	nc, err := events.Connect(url, append(opts, nats.Timeout(10*time.Second))...)
+	if err != nil {
+		return nil, err
+	}
+	u.nc = nc
+	if u.js, err = jetstream.New(nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return u, nil
+}
+
+// takeViolation removes and reports the first recorded permission
+// violation whose message quotes subject.
+func (u *natsUser) takeViolation(kind, subject string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	want := kind + ` to "` + subject + `"`
+	for i, err := range u.errs {
+		if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), want) {
+			u.errs = append(u.errs[:i], u.errs[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// waitViolation waits until the server reports a violation of kind
+// ("Publish" or "Subscription") on subject.
+func (u *natsUser) waitViolation(t *testing.T, kind, subject string) {
+	t.Helper()
+	deadline := time.Now().Add(deniedWait)
+	for !u.takeViolation(kind, subject) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no permission violation for %s to %q within %s (recorded: %v)", u.name, kind, subject, deniedWait, u.recorded())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (u *natsUser) recorded() []error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]error(nil), u.errs...)
+}
+
+// denied runs action (a request or a JetStream call), waits for the
+// server to refuse the publish on subject, then ends the action and checks
+// that it failed. A granted action gets no refusal, and the check fails.
+func (u *natsUser) denied(t *testing.T, subject string, action func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*deniedWait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- action(ctx) }()
+	u.waitViolation(t, "Publish", subject)
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatalf("%s: the refused action on %s reported success", u.name, subject)
+	}
+}
+
+// subDenied subscribes to subject and waits for the server to refuse it.
+func (u *natsUser) subDenied(t *testing.T, subject string) {
+	t.Helper()
+	sub, err := u.nc.Subscribe(subject, func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	u.waitViolation(t, "Subscription", subject)
+}
+
+// clean checks that the connection saw no asynchronous error.
+func (u *natsUser) clean(t *testing.T) {
+	t.Helper()
+	if err := u.nc.FlushTimeout(10 * time.Second); err != nil {
+		t.Fatalf("%s: flush: %v", u.name, err)
+	}
+	for _, err := range u.recorded() {
+		t.Errorf("%s: %v", u.name, err)
+	}
+}
+
+// request sends a raw JetStream API request and returns the reply.
+func (u *natsUser) request(ctx context.Context, subject string, body any) ([]byte, error) {
+	var data []byte
+	if body != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return nil, err
+		}
+	}
+	m, err := u.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return nil, err
+	}
+	var apiErr struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(m.Data, &apiErr) == nil && apiErr.Error != nil {
+		return m.Data, fmt.Errorf("%s: %s", subject, apiErr.Error.Description)
+	}
+	return m.Data, nil
+}
+
+// provisionAs provisions foundryq's streams, consumer and bucket as the
+// user, like a worker does at start, and makes sure the durable cancel
+// records stream exists: until events.Provision creates it, the test
+// creates a plain one in its place (what the client may do with it is
+// what is tested here, not its settings).
+func provisionAs(t *testing.T, u *natsUser, prefix string) events.Names {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	names, err := events.NewNames(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.Provision(ctx, u.js, names, events.ProvisionConfig{}); err != nil {
+		t.Fatalf("provision as %s: %v (refusals: %v)", u.name, err, u.recorded())
+	}
+	if _, err := u.js.Stream(ctx, names.CancelsStream()); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := u.js.CreateStream(ctx, jetstream.StreamConfig{Name: names.CancelsStream(), Subjects: []string{names.CancelRecordsWildcard()}, MaxAge: time.Hour}); err != nil {
+			t.Fatalf("create %s as %s: %v", names.CancelsStream(), u.name, err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// emulator starts the Foundry emulator with a fast default pace.
+func emulator(t *testing.T) *foundrytest.Server {
+	t.Helper()
+	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "emu-key", DefaultTokenDelay: time.Millisecond})
+	t.Cleanup(emu.Close)
+	return emu
+}
+
+// runWorker runs a foundryq worker on u's connection until the returned
+// function (safe to call twice) or the end of the test stops it.
+func runWorker(t *testing.T, u *natsUser, emu *foundrytest.Server, cfg consumer.Config) (stop func()) {
+	t.Helper()
+	up, err := foundry.New(foundry.Config{BaseURL: emu.BaseURL(), APIKey: "emu-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.CloseIdleConnections)
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = "w-" + u.name
+	}
+	cfg.ShutdownTimeout = 5 * time.Second
+	w, err := consumer.New(u.nc, up, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("worker %s: %v", cfg.WorkerID, err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("worker %s did not stop", cfg.WorkerID)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// watchToEnd follows a run until its terminal event and returns the events;
+// onEvent, if set, sees each event as it comes.
+func watchToEnd(t *testing.T, c *events.Client, runID string, from events.From, onEvent func(events.RunEvent)) []events.RunEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	w := c.Watch(ctx, runID, events.WatchOptions{From: from})
+	defer w.Close()
+	var evs []events.RunEvent
+	for {
+		ev, err := w.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return evs
+		}
+		if err != nil {
+			t.Fatalf("watch %s: %v (events so far %v)", runID, err, types(evs))
+		}
+		evs = append(evs, ev)
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

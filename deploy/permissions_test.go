@@ -1,0 +1,406 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+)
+
+// TestPermissions runs nats-server from the shipped nats-server.conf (in
+// process: no Docker) with a real worker connected as "worker", and checks
+// both sides of least privilege: everything foundryq submit/watch/cancel/
+// runs do as "client" works without a single refusal, and each thing a
+// client must not do is refused by the server, as are the things a worker
+// has no use for.
+func TestPermissions(t *testing.T) {
+	s := startConfig(t, "nats-server.conf", map[string]string{"WORKER_PASSWORD": "workerpw1", "CLIENT_PASSWORD": "clientpw1"})
+	emu := emulator(t)
+
+	worker := connectAs(t, s, "worker", "workerpw1")
+	names := provisionAs(t, worker, "")
+	stopWorker := runWorker(t, worker, emu, consumer.Config{Concurrency: 1})
+
+	client := connectAs(t, s, "client", "clientpw1")
+	c, err := events.NewClient(client.nc, events.ClientConfig{CancelTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("client: submit and watch a run to its end", func(t *testing.T) {
+		id := "perm-complete"
+		submit(t, c, id, map[string]string{"emu_tokens": "5"})
+		evs := watchToEnd(t, c, id, events.FromStart, nil)
+		if last := evs[len(evs)-1]; last.Type != events.TypeRunCompleted {
+			t.Fatalf("terminal event %s, want run.completed (%v)", last.Type, types(evs))
+		}
+		if evs := watchToEnd(t, c, id, events.FromNow, nil); len(evs) != 1 || evs[0].Type != events.TypeRunCompleted {
+			t.Fatalf("watch from now of a finished run: %v", types(evs))
+		}
+		st, _, err := c.State(testContext(t), id)
+		if err != nil || st.Status != events.StatusCompleted {
+			t.Fatalf("state: %+v, %v", st, err)
+		}
+	})
+
+	t.Run("client: list the runs (foundryq runs)", func(t *testing.T) {
+		ctx := testContext(t)
+		kvStream, err := client.js.Stream(ctx, "KV_"+names.Bucket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := kvStream.Info(ctx, jetstream.WithSubjectFilter("$KV."+names.Bucket()+".>"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Subjects["$KV."+names.Bucket()+".perm-complete"] == 0 {
+			t.Fatalf("run perm-complete not listed: %v", info.State.Subjects)
+		}
+	})
+
+	t.Run("client: cancel a running run and a queued one", func(t *testing.T) {
+		ctx := testContext(t)
+		running, queued := "perm-running", "perm-queued"
+		submit(t, c, running, map[string]string{"emu_tokens": "100000", "emu_token_ms": "20"})
+		first := make(chan struct{})
+		ended := make(chan []events.RunEvent, 1)
+		go func() {
+			var once bool
+			ended <- watchToEnd(t, c, running, events.FromStart, func(ev events.RunEvent) {
+				if ev.Type == events.TypeTextDelta && !once {
+					once = true
+					close(first)
+				}
+			})
+		}()
+		select {
+		case <-first:
+		case <-time.After(60 * time.Second):
+			t.Fatal("no text from the running run")
+		}
+		// Concurrency 1: the worker is busy, so this one waits in the queue.
+		submit(t, c, queued, nil)
+		runs, err := client.js.Stream(ctx, names.RunsStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Queued or not, told by the stream's subject counts: no job body read.
+		info, err := runs.Info(ctx, jetstream.WithSubjectFilter(names.RunSubject(queued)))
+		if err != nil || info.State.Subjects[names.RunSubject(queued)] != 1 {
+			t.Fatalf("queued check by stream info: %v, %v", info, err)
+		}
+		reply, err := c.Cancel(ctx, queued, "queued one")
+		if err != nil || reply.Result != events.CancelCancelled {
+			t.Fatalf("cancel of the queued run: %+v, %v; want cancelled", reply, err)
+		}
+		reply, err = c.Cancel(ctx, running, "running one")
+		if err != nil || reply.Result != events.CancelCancelling {
+			st, _, serr := c.State(ctx, running)
+			t.Fatalf("cancel of the running run: %+v, %v; want cancelling (state %+v cancel %+v, %v)", reply, err, st, st.Cancel, serr)
+		}
+		evs := <-ended
+		if last := evs[len(evs)-1]; last.Type != events.TypeRunCancelled {
+			t.Fatalf("terminal event %s, want run.cancelled", last.Type)
+		}
+	})
+
+	t.Run("client: store a durable cancel record", func(t *testing.T) {
+		// What Client.Cancel does first in the final design (wire level).
+		ack, err := client.js.Publish(testContext(t), names.CancelRecordSubject("perm-record"), []byte(`{"reason":"test"}`))
+		if err != nil || ack.Stream != names.CancelsStream() {
+			t.Fatalf("publish a cancel record: %+v, %v", ack, err)
+		}
+	})
+
+	t.Run("client: a malformed request is dead-lettered by the worker", func(t *testing.T) {
+		id := "perm-bad"
+		if _, err := client.js.Publish(testContext(t), names.RunSubject(id), []byte(`{"run_id":"perm-bad","model":5}`)); err != nil {
+			t.Fatal(err)
+		}
+		evs := watchToEnd(t, c, id, events.FromStart, nil)
+		if last := evs[len(evs)-1]; last.Type != events.TypeRunFailed || last.Error == nil || last.Error.Code != "invalid_request" {
+			t.Fatalf("terminal event %+v, want run.failed invalid_request", last)
+		}
+	})
+
+	t.Run("worker: a stopping worker hands its run to another one", func(t *testing.T) {
+		worker2 := connectAs(t, s, "worker", "workerpw1")
+		stopWorker2 := runWorker(t, worker2, emu, consumer.Config{WorkerID: "w-second"})
+		stops := map[string]func(){"w-worker": stopWorker, "w-second": stopWorker2}
+		id := "perm-handoff"
+		submit(t, c, id, map[string]string{"emu_tokens": "300", "emu_token_ms": "10"})
+		var owner string
+		stopped := make(chan struct{})
+		evs := watchToEnd(t, c, id, events.FromStart, func(ev events.RunEvent) {
+			if ev.Type == events.TypeRunStarted && owner == "" {
+				owner = ev.Worker
+				stop, ok := stops[owner]
+				if !ok {
+					t.Errorf("run.started names worker %q", owner)
+					close(stopped)
+					return
+				}
+				go func() { stop(); close(stopped) }() // hand-off: flush, Nak
+			}
+		})
+		select {
+		case <-stopped:
+		case <-time.After(90 * time.Second):
+			t.Fatal("the owner did not stop")
+		}
+		var starts []string
+		for _, ev := range evs {
+			if ev.Type == events.TypeRunStarted {
+				starts = append(starts, ev.Worker)
+			}
+		}
+		if last := evs[len(evs)-1]; last.Type != events.TypeRunCompleted || len(starts) < 2 || starts[len(starts)-1] == owner {
+			t.Fatalf("events %v, starts %v: want run.completed after a start on the other worker than %s", types(evs), starts, owner)
+		}
+		stopWorker2()
+		worker2.clean(t)
+	})
+
+	t.Run("client: nothing it did was refused", func(t *testing.T) { client.clean(t) })
+	t.Run("worker: nothing it did, shutdown included, was refused", func(t *testing.T) {
+		stopWorker()
+		worker.clean(t)
+	})
+
+	t.Run("client may not", func(t *testing.T) {
+		x := connectAs(t, s, "client", "clientpw1")
+		victim := "perm-complete"
+		kvSubject := "$KV." + names.Bucket() + "." + victim
+
+		t.Run("read other users' inboxes", func(t *testing.T) {
+			x.subDenied(t, "_INBOX.worker.>")
+			x.subDenied(t, "_INBOX.>")
+			x.subDenied(t, ">")
+		})
+		t.Run("read run requests or cancel requests as they pass", func(t *testing.T) {
+			x.subDenied(t, "foundryq.runs.*")
+			x.subDenied(t, "foundryq.cancel.*")
+		})
+		t.Run("read job bodies in the runs stream", func(t *testing.T) {
+			x.denied(t, "$JS.API.STREAM.MSG.GET."+names.RunsStream(), func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.STREAM.MSG.GET."+names.RunsStream(), map[string]any{"last_by_subj": names.RunSubject(victim)})
+				return err
+			})
+			x.denied(t, "$JS.API.DIRECT.GET."+names.RunsStream()+"."+names.RunSubject(victim), func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.DIRECT.GET."+names.RunsStream()+"."+names.RunSubject(victim), nil)
+				return err
+			})
+			x.denied(t, "$JS.API.CONSUMER.CREATE."+names.RunsStream()+".peek", func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.CONSUMER.CREATE."+names.RunsStream()+".peek", map[string]any{"stream_name": names.RunsStream(), "config": map[string]any{"name": "peek", "ack_policy": "explicit"}})
+				return err
+			})
+			x.denied(t, "$JS.API.CONSUMER.MSG.NEXT."+names.RunsStream()+"."+names.Consumer(), func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.CONSUMER.MSG.NEXT."+names.RunsStream()+"."+names.Consumer(), map[string]any{"batch": 1})
+				return err
+			})
+		})
+		t.Run("write the state bucket", func(t *testing.T) {
+			ctx := testContext(t)
+			before, _, err := c.State(ctx, victim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x.denied(t, kvSubject, func(ctx context.Context) error {
+				kv, err := x.js.KeyValue(ctx, names.Bucket())
+				if err != nil {
+					return err
+				}
+				_, err = kv.Put(ctx, victim, []byte(`{"run_id":"perm-complete","status":"running"}`))
+				return err
+			})
+			x.denied(t, kvSubject, func(ctx context.Context) error {
+				kv, err := x.js.KeyValue(ctx, names.Bucket())
+				if err != nil {
+					return err
+				}
+				return kv.Delete(ctx, victim)
+			})
+			after, _, err := c.State(ctx, victim)
+			if err != nil || after.Status != before.Status || !after.UpdatedAt.Equal(before.UpdatedAt) {
+				t.Fatalf("state changed: %+v -> %+v (%v)", before, after, err)
+			}
+		})
+		t.Run("watch the state bucket with a consumer", func(t *testing.T) {
+			x.denied(t, "$JS.API.CONSUMER.CREATE.KV_"+names.Bucket()+".kvpeek", func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.CONSUMER.CREATE.KV_"+names.Bucket()+".kvpeek", map[string]any{"stream_name": "KV_" + names.Bucket(), "config": map[string]any{"name": "kvpeek"}})
+				return err
+			})
+		})
+		t.Run("publish run events", func(t *testing.T) {
+			subject := names.EventSubject(victim)
+			x.denied(t, subject, func(ctx context.Context) error {
+				_, err := x.js.Publish(ctx, subject, []byte(`{"run_id":"perm-complete","seq":99,"type":"run.completed"}`))
+				return err
+			})
+		})
+		t.Run("touch dead letters", func(t *testing.T) {
+			x.denied(t, "$JS.API.STREAM.INFO."+names.DeadStream(), func(ctx context.Context) error {
+				_, err := x.js.Stream(ctx, names.DeadStream())
+				return err
+			})
+			x.denied(t, "$JS.API.DIRECT.GET."+names.DeadStream()+"."+names.DeadSubject("perm-bad"), func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.DIRECT.GET."+names.DeadStream()+"."+names.DeadSubject("perm-bad"), nil)
+				return err
+			})
+			x.denied(t, "$JS.API.STREAM.MSG.GET."+names.DeadStream(), func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.STREAM.MSG.GET."+names.DeadStream(), map[string]any{"last_by_subj": names.DeadSubject("perm-bad")})
+				return err
+			})
+			x.denied(t, "$JS.API.CONSUMER.CREATE."+names.DeadStream()+".deadpeek", func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.CONSUMER.CREATE."+names.DeadStream()+".deadpeek", map[string]any{"stream_name": names.DeadStream(), "config": map[string]any{"name": "deadpeek"}})
+				return err
+			})
+			x.denied(t, names.DeadSubject("forged"), func(ctx context.Context) error {
+				_, err := x.js.Publish(ctx, names.DeadSubject("forged"), []byte(`{}`))
+				return err
+			})
+		})
+		t.Run("delete, purge or change streams", func(t *testing.T) {
+			ctx := testContext(t)
+			for _, stream := range []string{names.RunsStream(), names.EventsStream(), names.DeadStream(), names.CancelsStream(), "KV_" + names.Bucket()} {
+				x.denied(t, "$JS.API.STREAM.DELETE."+stream, func(ctx context.Context) error { return x.js.DeleteStream(ctx, stream) })
+				x.denied(t, "$JS.API.STREAM.PURGE."+stream, func(ctx context.Context) error {
+					_, err := x.request(ctx, "$JS.API.STREAM.PURGE."+stream, nil)
+					return err
+				})
+			}
+			x.denied(t, "$JS.API.STREAM.UPDATE."+names.EventsStream(), func(ctx context.Context) error {
+				cfg := events.EventsStreamConfig(names, events.ProvisionConfig{EventsMaxConsumers: -1})
+				_, err := x.js.UpdateStream(ctx, cfg)
+				return err
+			})
+			x.denied(t, "$JS.API.STREAM.MSG.DELETE."+names.EventsStream(), func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.STREAM.MSG.DELETE."+names.EventsStream(), map[string]any{"seq": 1})
+				return err
+			})
+			x.denied(t, "$JS.API.CONSUMER.DELETE."+names.RunsStream()+"."+names.Consumer(), func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.CONSUMER.DELETE."+names.RunsStream()+"."+names.Consumer(), nil)
+				return err
+			})
+			for _, stream := range []string{names.RunsStream(), names.EventsStream(), "KV_" + names.Bucket()} {
+				if _, err := c.JetStream().Stream(ctx, stream); err != nil {
+					t.Fatalf("stream %s after the refused delete: %v", stream, err)
+				}
+			}
+			if evs := watchToEnd(t, c, victim, events.FromStart, nil); len(evs) < 2 {
+				t.Fatalf("events of %s after the refused purge: %v", victim, types(evs))
+			}
+		})
+
+		// Permissions cannot tell a durable consumer from the ordered one of
+		// a watch: a client can create one on the events stream, and the
+		// stream's limits bound it.
+		t.Run("leave unbounded consumers behind", func(t *testing.T) {
+			ctx := testContext(t)
+			info, err := c.JetStream().Stream(ctx, names.EventsStream())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := info.CachedInfo().Config
+			if cfg.MaxConsumers <= 0 || cfg.ConsumerLimits.InactiveThreshold <= 0 {
+				t.Fatalf("events stream without consumer limits: max_consumers %d, inactive_threshold %s", cfg.MaxConsumers, cfg.ConsumerLimits.InactiveThreshold)
+			}
+			cons, err := x.js.CreateConsumer(ctx, names.EventsStream(), jetstream.ConsumerConfig{Durable: "left-behind", AckPolicy: jetstream.AckNonePolicy})
+			if err != nil {
+				t.Fatalf("durable on the events stream: %v", err)
+			}
+			if got := cons.CachedInfo().Config.InactiveThreshold; got != cfg.ConsumerLimits.InactiveThreshold {
+				t.Fatalf("client's durable consumer: inactive threshold %s, want the stream's %s", got, cfg.ConsumerLimits.InactiveThreshold)
+			}
+			if _, err := x.js.CreateConsumer(ctx, names.EventsStream(), jetstream.ConsumerConfig{Durable: "forever", InactiveThreshold: 365 * 24 * time.Hour}); err == nil {
+				t.Fatal("a consumer that outlives the stream's inactive threshold was created")
+			}
+		})
+
+		// A push consumer's deliver subject is not checked against the
+		// creator's permissions: delivering event copies into the runs
+		// stream or the state bucket must not write them.
+		t.Run("write streams through a consumer's deliver subject", func(t *testing.T) {
+			ctx := testContext(t)
+			for i, target := range []string{names.RunSubject("injected"), "$KV." + names.Bucket() + ".injected", names.EventSubject("injected")} {
+				name := []string{"inject-runs", "inject-kv", "inject-events"}[i]
+				_, err := x.request(ctx, "$JS.API.CONSUMER.CREATE."+names.EventsStream()+"."+name, map[string]any{
+					"stream_name": names.EventsStream(),
+					"config":      map[string]any{"durable_name": name, "deliver_subject": target, "ack_policy": "none", "deliver_policy": "all"},
+				})
+				t.Logf("push consumer delivering to %s: %v", target, err)
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for time.Now().Before(deadline) {
+				runs, err := c.JetStream().Stream(ctx, names.RunsStream())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ri, err := runs.Info(ctx, jetstream.WithSubjectFilter(names.RunSubject("injected")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ri.State.Subjects[names.RunSubject("injected")] != 0 {
+					t.Fatal("a consumer's deliveries were stored as a run request")
+				}
+				if _, _, err := c.State(ctx, "injected"); !errors.Is(err, events.ErrStateNotFound) {
+					t.Fatalf("a consumer's deliveries were stored as run state: %v", err)
+				}
+				evStream, err := c.JetStream().Stream(ctx, names.EventsStream())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := evStream.GetLastMsgForSubject(ctx, names.EventSubject("injected")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+					t.Fatalf("a consumer's deliveries were stored as run events: %v", err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	})
+
+	t.Run("worker may not", func(t *testing.T) {
+		x := connectAs(t, s, "worker", "workerpw1")
+		// (The cancel subject is allowed: the worker that answers a cancel
+		// sends the run's owner a notice there.)
+		for _, subject := range []string{names.RunSubject("forged"), names.CancelRecordSubject("forged"), names.WatchSubject("forged")} {
+			x.denied(t, subject, func(ctx context.Context) error {
+				_, err := x.nc.RequestWithContext(ctx, subject, []byte(`{}`))
+				return err
+			})
+		}
+		for _, stream := range []string{names.RunsStream(), names.EventsStream()} {
+			x.denied(t, "$JS.API.STREAM.DELETE."+stream, func(ctx context.Context) error { return x.js.DeleteStream(ctx, stream) })
+			x.denied(t, "$JS.API.STREAM.PURGE."+stream, func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.STREAM.PURGE."+stream, nil)
+				return err
+			})
+		}
+		x.subDenied(t, "_INBOX.client.>")
+		x.subDenied(t, "foundryq.runs.*")
+	})
+
+	t.Run("no user may connect without a password", func(t *testing.T) {
+		if nc, err := nats.Connect(s.ClientURL(), nats.Timeout(5*time.Second)); err == nil {
+			nc.Close()
+			t.Fatal("anonymous connection accepted")
+		}
+		if nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("client", "wrong"), nats.Timeout(5*time.Second)); err == nil {
+			nc.Close()
+			t.Fatal("wrong password accepted")
+		}
+	})
+}
+
+func submit(t *testing.T, c *events.Client, id string, metadata map[string]string) {
+	t.Helper()
+	if _, err := c.Submit(testContext(t), events.RunRequest{RunID: id, Model: "m", Input: json.RawMessage(`"hi"`), Metadata: metadata}); err != nil {
+		t.Fatalf("submit %s: %v", id, err)
+	}
+}
