@@ -1,0 +1,74 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/secrets"
+)
+
+const crmTool = `{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never","headers":{"Authorization":{"secret":"crm-token"}}}`
+
+// A secret reference in a tool is resolved by the worker just before the
+// create: Foundry gets the value, the bus never holds it.
+func TestSecretReferencesAreResolved(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	res, err := secrets.NewResolver(secrets.Config{
+		LookupEnv: func(name string) (string, bool) {
+			if name == "FOUNDRYQ_SECRET_CRM_TOKEN" {
+				return "Bearer sk-crm-4711", true
+			}
+			return "", false
+		},
+		Hosts: map[string][]string{"crm-token": {"crm.example.com"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.startWorker(consumer.Config{WorkerID: "sec", Secrets: res})
+
+	req := request("sec-1", nil)
+	req.Tools = []json.RawMessage{json.RawMessage(crmTool)}
+	e.submit(req)
+	if last := checkWellFormed(t, e.collect("sec-1", 10*time.Second)); last.Type != events.TypeRunCompleted {
+		t.Fatalf("run ended %s %+v", last.Type, last.Error)
+	}
+	bodies := e.emu.CreateRequests("sec-1")
+	if len(bodies) != 1 || !strings.Contains(string(bodies[0]), "sk-crm-4711") || strings.Contains(string(bodies[0]), `"secret"`) {
+		t.Fatalf("create body %s: want the resolved value and no reference", bodies)
+	}
+
+	// A reference to a secret the worker does not have: the run cannot run.
+	bad := request("sec-2", nil)
+	bad.Tools = []json.RawMessage{json.RawMessage(strings.Replace(crmTool, "crm-token", "other-token", 1))}
+	e.submit(bad)
+	last := checkWellFormed(t, e.collect("sec-2", 10*time.Second))
+	if last.Type != events.TypeRunFailed || last.Error.Code != events.CodeInvalidRequest || !strings.Contains(last.Error.Message, "other-token") {
+		t.Fatalf("run ended %s %+v", last.Type, last.Error)
+	}
+	if n := len(e.emu.CreateRequests("sec-2")); n != 0 {
+		t.Fatalf("%d creates sent with an unresolved secret", n)
+	}
+}
+
+// A dead letter keeps the request, never the credentials in it (they were
+// kept verbatim for 30 days).
+func TestDeadLettersAreRedacted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(consumer.Config{WorkerID: "red"})
+	body := `{"run_id":"red-1","model":"m","input":"hi","bogus":1,"tools":[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never","headers":{"Authorization":"Bearer sk-raw-8815"}}]}`
+	if _, err := e.js.Publish(context.Background(), "foundryq.runs.red-1", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	m := e.deadLetter("red-1")
+	if strings.Contains(string(m.Data), "sk-raw-8815") || !strings.Contains(string(m.Data), secrets.Redacted) || !strings.Contains(string(m.Data), "crm.example.com") {
+		t.Fatalf("dead letter %s: want the request with its credential redacted", m.Data)
+	}
+}
