@@ -238,7 +238,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	}
 	digest := ""
 	if job != nil {
-		digest = events.RawDigest(job.Data)
+		digest = rawDigest(job.Data)
 		if r, err := events.DecodeRunRequest(job.Data); err == nil {
 			digest = r.Digest()
 		}
@@ -308,7 +308,7 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: m.Time.UTC()}
 	if _, err := r.persist("record the cancel", func(s *events.RunState, exists bool) error {
 		return recordCancel(s, exists, rec)
-	}); err != nil && !errors.Is(err, events.ErrSkipUpdate) {
+	}); err != nil && !errors.Is(err, errSkipUpdate) {
 		r.log.Warn().Err(err).Msg("record the stored cancel in the state bucket")
 	}
 	return &rec

@@ -181,7 +181,7 @@ func TestCancelWhileQueued(t *testing.T) {
 func TestCancelWithNoWorkerRunning(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	if _, err := events.Provision(context.Background(), e.js, events.Names{Prefix: "foundryq"}, events.ProvisionConfig{}); err != nil {
+	if _, err := consumer.Provision(context.Background(), e.js, events.Names{Prefix: "foundryq"}, consumer.ProvisionConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	e.submit(slow("offline-1"))

@@ -62,7 +62,7 @@ type Config struct {
 	RetryDelay time.Duration
 	// Provision configures the streams, consumer and bucket the worker
 	// creates (idempotently) at start.
-	Provision events.ProvisionConfig
+	Provision ProvisionConfig
 	// PublishConn is the connection run events are published on, apart from
 	// the one given to New (cancels, state, jobs), so that a steady stream of
 	// event publishes never delays a cancel. Default: a second connection

@@ -65,7 +65,7 @@ func (e *env) responses(runID string) int64 { return e.emu.Stats().ResponsesByRu
 // one run): the run ends run.failed upstream_lost, naming metadata.run_id.
 func TestStreamCutBeforeTheIDIsNotCreatedAgain(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{MaxDeliver: 5}))
+	e := setup(t, withProvision(consumer.ProvisionConfig{MaxDeliver: 5}))
 	e.startWorker(consumer.Config{WorkerID: "cut", RetryDelay: 50 * time.Millisecond})
 	e.submit(request("cut-1", map[string]string{"emu_drop_after": "0"}))
 	last := checkWellFormed(t, e.collect("cut-1", 20*time.Second))
@@ -86,7 +86,7 @@ func TestStreamCutBeforeTheIDIsNotCreatedAgain(t *testing.T) {
 // create a second response.
 func TestVanishedDuringSlowCreateCreatesOnce(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{AckWait: time.Second}))
+	e := setup(t, withProvision(consumer.ProvisionConfig{AckWait: time.Second}))
 	// a outlives the slow create: it reads the response id it can no longer
 	// save, until its shutdown timeout.
 	a := e.startWorker(consumer.Config{WorkerID: "slow-a", ShutdownTimeout: 8 * time.Second})
@@ -116,7 +116,7 @@ func TestVanishedDuringSlowCreateCreatesOnce(t *testing.T) {
 // has one upstream response and one terminal event.
 func TestOutageDuringCreateCreatesOnce(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withNATS(natsembed.Config{}), withProvision(events.ProvisionConfig{AckWait: 2 * time.Second}))
+	e := setup(t, withNATS(natsembed.Config{}), withProvision(consumer.ProvisionConfig{AckWait: 2 * time.Second}))
 	e.startWorker(consumer.Config{WorkerID: "out-a"})
 	e.startWorker(consumer.Config{WorkerID: "out-b"})
 	for i := range 3 {
@@ -284,7 +284,7 @@ func TestMissingTerminalEventIsRepaired(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	res, err := events.Provision(ctx, e.js, events.Names{}, events.ProvisionConfig{})
+	res, err := consumer.Provision(ctx, e.js, events.Names{}, consumer.ProvisionConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,8 @@ func TestMissingTerminalEventIsRepaired(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	end := events.RunEvent{RunID: "rep-1", Seq: 1, Type: events.TypeRunCancelled, Time: now, Reason: events.ReasonRequested, Usage: &events.Usage{}}
 	st := events.RunState{RunID: "rep-1", Schema: 1, Status: events.StatusCancelled, Digest: req.Digest(), Terminal: end.Type, End: &end, FinishedAt: &now}
-	if _, err := events.NewStateStore(res.State).Create(ctx, st); err != nil {
+	data, _ := json.Marshal(st)
+	if _, err := res.State.Create(ctx, "rep-1", data); err != nil {
 		t.Fatal(err)
 	}
 	e.startWorker(consumer.Config{WorkerID: "rep"})
@@ -313,7 +314,7 @@ func TestUnreadableStateEndsTheRun(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	res, err := events.Provision(ctx, e.js, events.Names{}, events.ProvisionConfig{})
+	res, err := consumer.Provision(ctx, e.js, events.Names{}, consumer.ProvisionConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,8 +341,8 @@ func TestUnreadableStateEndsTheRun(t *testing.T) {
 // the queue with no terminal event).
 func TestHandOffsDoNotUseTheBudget(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{MaxDeliver: 1}))
-	if _, err := events.Provision(context.Background(), e.js, events.Names{}, e.prov); err != nil {
+	e := setup(t, withProvision(consumer.ProvisionConfig{MaxDeliver: 1}))
+	if _, err := consumer.Provision(context.Background(), e.js, events.Names{}, e.prov); err != nil {
 		t.Fatal(err)
 	}
 	e.submit(request("ho-1", map[string]string{"emu_tokens": "120", "emu_token_ms": "25"}))
@@ -370,7 +371,7 @@ func TestHandOffsDoNotUseTheBudget(t *testing.T) {
 // letter, and the job leaves the queue.
 func TestLastAttemptEndsTheRun(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{MaxDeliver: 3}))
+	e := setup(t, withProvision(consumer.ProvisionConfig{MaxDeliver: 3}))
 	e.startWorker(consumer.Config{WorkerID: "last", RetryDelay: 50 * time.Millisecond})
 	e.submit(request("last-1", map[string]string{"emu_create_status": "500"}))
 	last := checkWellFormed(t, e.collect("last-1", 30*time.Second))
@@ -465,13 +466,12 @@ func TestClosedConnectionStopsTheWorker(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	w := e.startWorker(consumer.Config{WorkerID: "closed"})
-	w.nc.Close()
+	w.Jobs.Close()
 	select {
-	case err := <-w.done:
-		if !errors.Is(err, nats.ErrConnectionClosed) {
+	case <-w.Done():
+		if err := w.Err(); !errors.Is(err, nats.ErrConnectionClosed) {
 			t.Fatalf("Run: %v, want ErrConnectionClosed", err)
 		}
-		w.done <- err // for the cleanup's shutdown
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its connection was closed")
 	}
@@ -565,14 +565,11 @@ func TestJobArrivingDuringShutdownIsHandedBack(t *testing.T) {
 		info, err := c.Info(context.Background())
 		return err == nil && info.NumWaiting > 0
 	})
-	a.stop() // shutdown starts while the pull waits
+	a.BeginStop() // shutdown starts while the pull waits
 	e.submit(request("lp-1", map[string]string{"emu_tokens": "100", "emu_token_ms": "50"}))
-	select {
-	case <-a.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("worker a did not stop")
+	if err := a.Stop(20 * time.Second); err != nil {
+		t.Fatal(err)
 	}
-	a.done <- nil
 	start := time.Now()
 	e.startWorker(consumer.Config{WorkerID: "late-b"})
 	e.waitEvent("lp-1", events.TypeRunStarted, 20*time.Second)

@@ -132,7 +132,7 @@ func createRefused(s *events.RunState, o owner) error {
 func knowResponse(s *events.RunState, o owner, id string) error {
 	switch {
 	case s.ResponseID == id:
-		return events.ErrSkipUpdate
+		return errSkipUpdate
 	case s.Finished():
 		return errFinished
 	case !o.owns(s):
@@ -152,7 +152,7 @@ func recordCancel(s *events.RunState, exists bool, rec events.CancelRecord) erro
 	case s.Finished():
 		return errFinished
 	case s.Cancel != nil:
-		return events.ErrSkipUpdate
+		return errSkipUpdate
 	}
 	s.Cancel = &rec
 	return nil
@@ -184,7 +184,7 @@ func releaseRun(s *events.RunState, o owner, failure string) error {
 func finishRun(s *events.RunState, o owner, end events.RunEvent, upstreamStatus string, now time.Time) error {
 	if s.Finished() {
 		if s.End != nil && s.End.Seq == end.Seq && s.End.Type == end.Type && s.Owner == o.worker {
-			return events.ErrSkipUpdate
+			return errSkipUpdate
 		}
 		return errFinished
 	}
@@ -231,7 +231,7 @@ func failCorrupt(runID string, o owner, end events.RunEvent, now time.Time) even
 // run ended (a cancelled response that completed after all).
 func auditedUpstream(s *events.RunState, status string) error {
 	if s.UpstreamStatus == status {
-		return events.ErrSkipUpdate
+		return errSkipUpdate
 	}
 	s.UpstreamStatus = status
 	return nil

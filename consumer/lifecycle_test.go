@@ -154,8 +154,8 @@ func TestKnowResponse(t *testing.T) {
 		err   error
 	}{
 		{"first id", running(), me, "resp_1", nil},
-		{"same id again", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), me, "resp_1", events.ErrSkipUpdate},
-		{"same id, even from a zombie", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), owner{"w9", 1}, "resp_1", events.ErrSkipUpdate},
+		{"same id again", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), me, "resp_1", errSkipUpdate},
+		{"same id, even from a zombie", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), owner{"w9", 1}, "resp_1", errSkipUpdate},
 		{"another id", func() events.RunState { s := running(); s.ResponseID = "resp_1"; return s }(), me, "resp_2", errOtherResponse},
 		{"not the owner", running(), owner{"w2", 4}, "resp_1", errNotOwner},
 		{"finished", finished(events.TypeRunFailed), me, "resp_1", errFinished},
@@ -180,7 +180,7 @@ func TestRecordCancel(t *testing.T) {
 		t.Fatalf("%v %+v", err, s.Cancel)
 	}
 	second := events.CancelRecord{Reason: events.ReasonTimeout, At: t0}
-	if err := recordCancel(&s, true, second); !errors.Is(err, events.ErrSkipUpdate) || s.Cancel.Reason != events.ReasonRequested {
+	if err := recordCancel(&s, true, second); !errors.Is(err, errSkipUpdate) || s.Cancel.Reason != events.ReasonRequested {
 		t.Fatalf("second cancel: %v %+v; the first must stay", err, s.Cancel)
 	}
 	f := finished(events.TypeRunCompleted)
@@ -217,7 +217,7 @@ func TestFinishRun(t *testing.T) {
 		s.UpstreamStatus != "completed" || s.FinishedAt == nil {
 		t.Fatalf("%+v", s)
 	}
-	if err := finishRun(&s, me, done, "completed", t0); !errors.Is(err, events.ErrSkipUpdate) {
+	if err := finishRun(&s, me, done, "completed", t0); !errors.Is(err, errSkipUpdate) {
 		t.Fatalf("the same end again: %v, want a no-op", err)
 	}
 	other := done

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,34 +17,37 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// env is one test's world: an embedded NATS server, the Foundry emulator,
-// a Foundry client and an events client.
+// env is one test's world: a devstack (embedded NATS, the Foundry
+// emulator, a Foundry client and an events client) and the workers the test
+// starts.
 type env struct {
 	t      *testing.T
+	stack  *devstack.Stack
 	nc     *nats.Conn
 	ns     *natsembed.Server
 	js     jetstream.JetStream
 	emu    *foundrytest.Server
-	up     *foundry.Client
+	up     *foundry.Client // the workers' Foundry client; a test may replace it before starting workers
 	client *events.Client
-	prov   events.ProvisionConfig
+	prov   consumer.ProvisionConfig
 }
 
 type envOpt func(*envConfig)
 
 type envConfig struct {
 	emu  foundrytest.Config
-	prov events.ProvisionConfig
+	prov consumer.ProvisionConfig
 	nats *natsembed.Config
 }
 
-func withEmulator(c foundrytest.Config) envOpt      { return func(e *envConfig) { e.emu = c } }
-func withProvision(p events.ProvisionConfig) envOpt { return func(e *envConfig) { e.prov = p } }
+func withEmulator(c foundrytest.Config) envOpt        { return func(e *envConfig) { e.emu = c } }
+func withProvision(p consumer.ProvisionConfig) envOpt { return func(e *envConfig) { e.prov = p } }
 
 // withNATS runs the test's NATS server on a loopback TCP port with c, so
 // that it can be stopped and restarted (natsembed.Server.Stop, Restart);
@@ -66,119 +67,67 @@ func setup(t *testing.T, opts ...envOpt) *env {
 	if cfg.emu.APIKey == "" {
 		cfg.emu.APIKey = "test-key"
 	}
-	var ns *natsembed.Server
-	var nc *nats.Conn
-	if cfg.nats == nil {
-		ns, nc = natsembed.RunTest(t)
-	} else {
-		ncfg := *cfg.nats
-		ncfg.StoreDir = t.TempDir()
-		var err error
-		if ns, err = natsembed.Start(ncfg); err != nil {
-			t.Fatal(err)
+	scfg := devstack.Config{
+		Emulator: cfg.emu,
+		Connect:  reconnecting,
+		Worker:   consumer.Config{Provision: cfg.prov},
+		// Correctness tests, not latency tests: a cancel under the race
+		// detector on a loaded machine may take longer than the default
+		// 5s to answer.
+		Client: events.ClientConfig{CancelTimeout: 30 * time.Second},
+	}
+	if cfg.nats != nil {
+		scfg.NATS = *cfg.nats
+		scfg.NATS.StoreDir = t.TempDir()
+	}
+	s, err := devstack.Start(t.Context(), scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("stop the stack: %v", err)
 		}
-		t.Cleanup(ns.Shutdown)
-		if nc, err = ns.Connect(reconnecting...); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-	}
-	emu := foundrytest.NewServer(cfg.emu)
-	t.Cleanup(emu.Close)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 512 // hundreds of concurrent runs talk to one host
-	hc := &http.Client{Transport: tr}
-	t.Cleanup(hc.CloseIdleConnections)
-	up, err := foundry.New(foundry.Config{BaseURL: emu.BaseURL(), APIKey: cfg.emu.APIKey, HTTPClient: hc})
+	})
+	js, err := jetstream.New(s.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Correctness tests, not latency tests: a cancel under the race detector
-	// on a loaded machine may take longer than the default 5s to answer.
-	client, err := events.NewClient(nc, events.ClientConfig{CancelTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, nc: nc, ns: ns, js: js, emu: emu, up: up, client: client, prov: cfg.prov}
+	return &env{t: t, stack: s, nc: s.Conn, ns: s.NATS, js: js, emu: s.Emulator, up: s.Upstream, client: s.Client, prov: cfg.prov}
 }
 
-// worker is a running consumer.Worker.
+// worker is a running consumer.Worker with its connections.
+type worker struct {
+	*devstack.Worker
+	t *testing.T
+}
+
+// startWorker runs a worker on connections of its own until the test ends
+// (or shutdown).
+func (e *env) startWorker(cfg consumer.Config) *worker {
+	e.t.Helper()
+	if cfg.Provision == (consumer.ProvisionConfig{}) {
+		cfg.Provision = e.prov
+	}
+	e.stack.Upstream = e.up
+	w, err := e.stack.StartWorker(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return &worker{Worker: w, t: e.t}
+}
 
 // crash cuts both of the worker's connections: it can no longer publish,
 // ack or renew a lease.
-func (w *worker) crash() {
-	w.nc.Close()
-	w.pub.Close()
-}
-
-type worker struct {
-	*consumer.Worker
-	nc   *nats.Conn // jobs, cancels, state
-	pub  *nats.Conn // run events
-	stop context.CancelFunc
-	done chan error
-	once sync.Once
-}
-
-// startWorker runs a worker on its own NATS connection until the test ends
-// (or stopWorker).
-func (e *env) startWorker(cfg consumer.Config) *worker {
-	e.t.Helper()
-	nc, err := e.ns.Connect(reconnecting...)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if cfg.Provision == (events.ProvisionConfig{}) {
-		cfg.Provision = e.prov
-	}
-	pub, err := e.ns.Connect(reconnecting...)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cfg.PublishConn = pub
-	w, err := consumer.New(nc, e.up, cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	wk := &worker{Worker: w, nc: nc, pub: pub, stop: cancel, done: make(chan error, 1)}
-	go func() { wk.done <- w.Run(ctx) }()
-	e.t.Cleanup(func() { wk.shutdown(e.t) })
-	e.waitProvisioned()
-	return wk
-}
+func (w *worker) crash() { w.Crash() }
 
 // shutdown stops the worker gracefully and waits for Run to return.
 func (w *worker) shutdown(t *testing.T) {
 	t.Helper()
-	w.once.Do(func() {
-		w.stop()
-		select {
-		case err := <-w.done:
-			// A worker whose connection a test closed stops with an error.
-			if err != nil && !(errors.Is(err, nats.ErrConnectionClosed) && w.nc.IsClosed()) {
-				t.Errorf("worker %s: Run: %v", w.ID(), err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("worker %s did not stop within 30s", w.ID())
-		}
-		w.nc.Close()
-		w.pub.Close()
-	})
-}
-
-// waitProvisioned waits until the runs stream exists.
-func (e *env) waitProvisioned() {
-	e.t.Helper()
-	eventually(e.t, 10*time.Second, "streams provisioned", func() bool {
-		_, err := e.js.Stream(context.Background(), "FOUNDRYQ_EVENTS")
-		_, err2 := e.js.KeyValue(context.Background(), "foundryq-runs")
-		return err == nil && err2 == nil
-	})
+	// A worker whose connection a test closed stops with an error.
+	if err := w.Stop(30 * time.Second); err != nil && !(errors.Is(err, nats.ErrConnectionClosed) && w.Jobs.IsClosed()) {
+		t.Errorf("worker %s: Run: %v", w.ID(), err)
+	}
 }
 
 // waitRunsEmpty waits until every job is acked.
@@ -311,4 +260,11 @@ func (e *env) waitEvent(runID string, typ events.EventType, limit time.Duration)
 			return ev
 		}
 	}
+}
+
+// testCtx is a context that ends with the test or after 20s.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -326,7 +326,7 @@ func (r *relay) close() {
 // attempt having been stored is recognised as success. A message the server
 // refuses for its size fails at once (errPublishRefused).
 func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (uint64, error) {
-	msg, err := events.NewEventMsg(r.names, pe.ev, pe.upstreamSeq)
+	msg, err := newEventMsg(r.names, pe.ev, pe.upstreamSeq)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: %w", err)
 	}

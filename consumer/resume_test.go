@@ -16,7 +16,7 @@ import (
 // re-attaches to the same Foundry response and continues the same seq.
 func TestCrashedOwnerIsReplacedByReattach(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{AckWait: time.Second}))
+	e := setup(t, withProvision(consumer.ProvisionConfig{AckWait: time.Second}))
 	a := e.startWorker(consumer.Config{WorkerID: "crash-a", ShutdownTimeout: time.Second})
 	e.submit(request("crash-1", map[string]string{"emu_tokens": "80", "emu_token_ms": "15"}))
 	e.waitEvent("crash-1", events.TypeTextDelta, 10*time.Second)
@@ -78,7 +78,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name, labelValue string) fl
 func TestReattachAfterResumeWindowPolls(t *testing.T) {
 	t.Parallel()
 	e := setup(t,
-		withProvision(events.ProvisionConfig{AckWait: time.Second}),
+		withProvision(consumer.ProvisionConfig{AckWait: time.Second}),
 		withEmulator(foundrytest.Config{ResumeWindow: 300 * time.Millisecond}))
 	a := e.startWorker(consumer.Config{WorkerID: "poll-a", ShutdownTimeout: time.Second})
 	e.submit(request("poll-1", map[string]string{"emu_tokens": "80", "emu_token_ms": "20"}))
@@ -134,11 +134,11 @@ func TestShutdownHandsOff(t *testing.T) {
 // one terminal event.
 func TestZombieOwnerCannotInterleave(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{AckWait: time.Second}))
+	e := setup(t, withProvision(consumer.ProvisionConfig{AckWait: time.Second}))
 	a := e.startWorker(consumer.Config{WorkerID: "zombie-a", ShutdownTimeout: time.Second})
 	e.submit(request("zombie-1", map[string]string{"emu_tokens": "400", "emu_token_ms": "10"}))
 	e.waitEvent("zombie-1", events.TypeTextDelta, 10*time.Second)
-	a.nc.Close() // the lease is lost; a keeps relaying on its event connection
+	a.Jobs.Close() // the lease is lost; a keeps relaying on its event connection
 	e.startWorker(consumer.Config{WorkerID: "zombie-b"})
 
 	evs := e.collect("zombie-1", 30*time.Second)

@@ -103,7 +103,7 @@ func (r *run) execute() {
 		return
 	}
 	req, decodeErr := events.DecodeRunMsg(r.msg.Subject(), r.msg.Data(), w.names)
-	digest := events.RawDigest(r.msg.Data())
+	digest := rawDigest(r.msg.Data())
 	if decodeErr == nil {
 		digest = req.Digest()
 	}

@@ -206,9 +206,9 @@ func TestFailureCodesSayWhetherToRetry(t *testing.T) {
 // service asks it to wait instead of sending every one to be refused.
 func TestRateLimitStormDrains(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{MaxDeliver: 2}))
+	e := setup(t, withProvision(consumer.ProvisionConfig{MaxDeliver: 2}))
 	e.startWorker(consumer.Config{WorkerID: "storm", Concurrency: 16})
-	if _, err := events.Provision(context.Background(), e.js, events.Names{}, e.prov); err != nil {
+	if _, err := consumer.Provision(context.Background(), e.js, events.Names{}, e.prov); err != nil {
 		t.Fatal(err)
 	}
 	e.emu.Throttle(3*time.Second, 500*time.Millisecond)

@@ -28,7 +28,7 @@ func (w *Worker) tail(ctx context.Context, runID string) (position, error) {
 		return position{}, fmt.Errorf("consumer: decode last event of run %s: %w", runID, err)
 	}
 	pos := position{Seq: ev.Seq, StreamSeq: m.Sequence, UpstreamSeq: -1, Type: ev.Type}
-	if n, ok := events.UpstreamSeq(m.Header); ok {
+	if n, ok := upstreamSeqOf(m.Header); ok {
 		pos.UpstreamSeq = n
 	}
 	return pos, nil

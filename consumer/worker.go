@@ -47,8 +47,8 @@ type Worker struct {
 	// the steady stream of event publishes never delays cancels, state
 	// updates or acks on the first.
 	pub     jetstream.JetStream
-	res     events.Resources
-	states  *events.StateStore
+	res     Resources
+	states  *stateStore
 	ackWait time.Duration
 	conn    *connWatch
 	maxText int // text bytes per event (eventTextLimit)
@@ -127,7 +127,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.res = res
-	w.states = events.NewStateStore(res.State)
+	w.states = newStateStore(res.State)
 	pubConn := w.cfg.PublishConn
 	if pubConn == nil {
 		if pubConn, err = w.nc.Opts.Connect(); err != nil {
@@ -174,21 +174,21 @@ func (w *Worker) Run(ctx context.Context) error {
 // provision creates the JetStream resources, retrying with backoff (and
 // logging each failure) until it succeeds or ctx ends: a worker started
 // while NATS is down waits for it.
-func (w *Worker) provision(ctx context.Context) (events.Resources, error) {
+func (w *Worker) provision(ctx context.Context) (Resources, error) {
 	b := retry.Backoff(250*time.Millisecond, 5*time.Second)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := events.Provision(pctx, w.js, w.names, w.cfg.Provision)
+		res, err := Provision(pctx, w.js, w.names, w.cfg.Provision)
 		cancel()
 		if err == nil {
 			w.lastProvision.Store(time.Now().UnixNano())
 			return res, nil
 		}
-		if errors.Is(err, events.ErrInvalidProvisionConfig) || w.nc.IsClosed() {
-			return events.Resources{}, fmt.Errorf("consumer: provision: %w", err)
+		if errors.Is(err, ErrInvalidProvisionConfig) || w.nc.IsClosed() {
+			return Resources{}, fmt.Errorf("consumer: provision: %w", err)
 		}
 		if ctx.Err() != nil {
-			return events.Resources{}, ctx.Err()
+			return Resources{}, ctx.Err()
 		}
 		wait := b.NextBackOff()
 		w.log.Warn().Err(err).Dur("retry_in", wait).Msg("provision streams, consumer and bucket")
@@ -209,7 +209,7 @@ func (w *Worker) resourcesMissing() {
 		defer w.reprovisioning.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := events.Provision(ctx, w.js, w.names, w.cfg.Provision); err != nil {
+		if _, err := Provision(ctx, w.js, w.names, w.cfg.Provision); err != nil {
 			w.log.Warn().Err(err).Msg("recreate missing streams, consumer or bucket")
 			return
 		}
@@ -389,7 +389,7 @@ func (w *Worker) maxFailures() int {
 	if n := w.cfg.Provision.MaxDeliver; n > 0 {
 		return n
 	}
-	return events.DefaultMaxDeliver
+	return DefaultMaxDeliver
 }
 
 func (w *Worker) owned(runID string) *run {

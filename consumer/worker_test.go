@@ -157,7 +157,7 @@ func TestSubmitTwice(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	// No worker yet: the first submit stays queued.
-	if _, err := events.Provision(ctx, e.js, events.Names{Prefix: "foundryq"}, events.ProvisionConfig{}); err != nil {
+	if _, err := consumer.Provision(ctx, e.js, events.Names{Prefix: "foundryq"}, consumer.ProvisionConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	e.submit(request("twice-1", map[string]string{"emu_tokens": "5"}))
@@ -302,7 +302,7 @@ func TestRequestShapeReachesFoundry(t *testing.T) {
 
 func TestUpstreamFailures(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withProvision(events.ProvisionConfig{MaxDeliver: 2}))
+	e := setup(t, withProvision(consumer.ProvisionConfig{MaxDeliver: 2}))
 	e.startWorker(consumer.Config{WorkerID: "fail", RetryDelay: 50 * time.Millisecond})
 
 	e.submit(request("fail-stream", map[string]string{"emu_fail_after": "4", "emu_tokens": "20"}))

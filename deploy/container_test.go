@@ -181,6 +181,7 @@ type stack struct {
 	workerPass, clientPW string
 
 	nc       *nats.Conn // the client user
+	js       jetstream.JetStream
 	client   *events.Client
 	asyncMu  sync.Mutex
 	asyncErr []error // async errors on nc (permission violations)
@@ -253,6 +254,9 @@ func startStack(t *testing.T, img images) *stack {
 	}
 	t.Cleanup(nc.Close)
 	s.nc = nc
+	if s.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
 	if s.client, err = events.NewClient(nc, events.ClientConfig{}); err != nil {
 		t.Fatal(err)
 	}
@@ -692,7 +696,7 @@ func (s *stack) testCancelNoWorker(t *testing.T) {
 	names := s.client.Names()
 	ensureCancelsStream(t, ctx, s.natsURL, s.workerPass, names)
 	id := s.submit(t, ctx, nil)
-	runs, err := s.client.JetStream().Stream(ctx, names.RunsStream())
+	runs, err := s.js.Stream(ctx, names.RunsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,7 +704,7 @@ func (s *stack) testCancelNoWorker(t *testing.T) {
 	if err != nil || info.State.Subjects[names.RunSubject(id)] != 1 {
 		t.Fatalf("queued run %s by the runs stream's subject counts: %v, %v", id, info, err)
 	}
-	ack, err := s.client.JetStream().Publish(ctx, names.CancelRecordSubject(id), []byte(`{"reason":"no worker"}`))
+	ack, err := s.js.Publish(ctx, names.CancelRecordSubject(id), []byte(`{"reason":"no worker"}`))
 	if err != nil || ack.Stream != names.CancelsStream() {
 		t.Fatalf("durable cancel record of %s: %+v, %v", id, ack, err)
 	}
@@ -708,7 +712,7 @@ func (s *stack) testCancelNoWorker(t *testing.T) {
 		t.Fatalf("cancel request with no worker: %v, want no responders", err)
 	}
 	// Listing runs (foundryq runs) reads the bucket stream's subjects.
-	kvStream, err := s.client.JetStream().Stream(ctx, "KV_"+names.Bucket())
+	kvStream, err := s.js.Stream(ctx, "KV_"+names.Bucket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -825,7 +829,7 @@ func (s *stack) testClientDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectViolation(t, errs, "_INBOX.worker.>")
-	if _, err := s.client.JetStream().Stream(ctx, "FOUNDRYQ_RUNS"); err != nil {
+	if _, err := s.js.Stream(ctx, "FOUNDRYQ_RUNS"); err != nil {
 		t.Fatalf("stream FOUNDRYQ_RUNS after the denied delete: %v", err)
 	}
 }

@@ -194,7 +194,7 @@ func (u *natsUser) request(ctx context.Context, subject string, body any) ([]byt
 
 // provisionAs provisions foundryq's streams, consumer and bucket as the
 // user, like a worker does at start, and makes sure the durable cancel
-// records stream exists: until events.Provision creates it, the test
+// records stream exists: until consumer.Provision creates it, the test
 // creates a plain one in its place (what the client may do with it is
 // what is tested here, not its settings).
 func provisionAs(t *testing.T, u *natsUser, prefix string) events.Names {
@@ -205,7 +205,7 @@ func provisionAs(t *testing.T, u *natsUser, prefix string) events.Names {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := events.Provision(ctx, u.js, names, events.ProvisionConfig{}); err != nil {
+	if _, err := consumer.Provision(ctx, u.js, names, consumer.ProvisionConfig{}); err != nil {
 		t.Fatalf("provision as %s: %v (refusals: %v)", u.name, err, u.recorded())
 	}
 	if _, err := u.js.Stream(ctx, names.CancelsStream()); errors.Is(err, jetstream.ErrStreamNotFound) {

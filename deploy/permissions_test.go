@@ -277,7 +277,7 @@ func TestPermissions(t *testing.T) {
 				})
 			}
 			x.denied(t, "$JS.API.STREAM.UPDATE."+names.EventsStream(), func(ctx context.Context) error {
-				cfg := events.EventsStreamConfig(names, events.ProvisionConfig{EventsMaxConsumers: -1})
+				cfg := consumer.EventsStreamConfig(names, consumer.ProvisionConfig{EventsMaxConsumers: -1})
 				_, err := x.js.UpdateStream(ctx, cfg)
 				return err
 			})
@@ -290,7 +290,7 @@ func TestPermissions(t *testing.T) {
 				return err
 			})
 			for _, stream := range []string{names.RunsStream(), names.EventsStream(), "KV_" + names.Bucket()} {
-				if _, err := c.JetStream().Stream(ctx, stream); err != nil {
+				if _, err := client.js.Stream(ctx, stream); err != nil {
 					t.Fatalf("stream %s after the refused delete: %v", stream, err)
 				}
 			}
@@ -304,7 +304,7 @@ func TestPermissions(t *testing.T) {
 		// stream's limits bound it.
 		t.Run("leave unbounded consumers behind", func(t *testing.T) {
 			ctx := testContext(t)
-			info, err := c.JetStream().Stream(ctx, names.EventsStream())
+			info, err := client.js.Stream(ctx, names.EventsStream())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -339,7 +339,7 @@ func TestPermissions(t *testing.T) {
 			}
 			deadline := time.Now().Add(3 * time.Second)
 			for time.Now().Before(deadline) {
-				runs, err := c.JetStream().Stream(ctx, names.RunsStream())
+				runs, err := client.js.Stream(ctx, names.RunsStream())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -353,7 +353,7 @@ func TestPermissions(t *testing.T) {
 				if _, _, err := c.State(ctx, "injected"); !errors.Is(err, events.ErrStateNotFound) {
 					t.Fatalf("a consumer's deliveries were stored as run state: %v", err)
 				}
-				evStream, err := c.JetStream().Stream(ctx, names.EventsStream())
+				evStream, err := client.js.Stream(ctx, names.EventsStream())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/foundryq/foundryq/events"
 )
@@ -17,17 +16,6 @@ func BenchmarkDecodeRunRequest(b *testing.B) {
 	b.SetBytes(int64(len(benchRequest)))
 	for b.Loop() {
 		if _, err := events.DecodeRunRequest(benchRequest); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkNewEventMsg(b *testing.B) {
-	n := events.Names{}
-	ev := events.RunEvent{RunID: "run_0123456789abcdefghij", Seq: 42, Type: events.TypeTextDelta, Time: time.Now(), Text: "a few coalesced tokens"}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := events.NewEventMsg(n, ev, 99); err != nil {
 			b.Fatal(err)
 		}
 	}

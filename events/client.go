@@ -46,8 +46,9 @@ func (c ClientConfig) validate() error {
 	return nil
 }
 
-// Client submits, cancels and watches runs. It does not provision
-// anything: the workers do (Provision). Safe for concurrent use.
+// Client submits, cancels, watches and lists runs, and reads their state.
+// It creates nothing on NATS: the workers provision the streams and the
+// state bucket. Safe for concurrent use.
 type Client struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -55,7 +56,7 @@ type Client struct {
 	cfg   ClientConfig
 
 	mu    sync.Mutex
-	state *StateStore // looked up on first use
+	state jetstream.KeyValue // the state bucket, looked up on first use
 }
 
 // NewClient returns a Client on nc.
@@ -81,12 +82,8 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 // Names returns the subject and stream names the client uses.
 func (c *Client) Names() Names { return c.names }
 
-// JetStream returns the client's JetStream context.
-func (c *Client) JetStream() jetstream.JetStream { return c.js }
-
-// StateStore returns the store over the state bucket, looking the bucket
-// up on first use.
-func (c *Client) StateStore(ctx context.Context) (*StateStore, error) {
+// bucket returns the state bucket, looking it up on first use.
+func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != nil {
@@ -96,8 +93,8 @@ func (c *Client) StateStore(ctx context.Context) (*StateStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events: open state bucket %s (has a worker provisioned it?): %w", c.names.Bucket(), err)
 	}
-	c.state = NewStateStore(kv)
-	return c.state, nil
+	c.state = kv
+	return kv, nil
 }
 
 // SubmitResult says what became of a submitted run request.
@@ -240,12 +237,13 @@ func (c *Client) noWorkerReply(ctx context.Context, runID string) CancelReply {
 	return reply
 }
 
-// State returns the stored state of runID and its KV revision, or an error
-// wrapping ErrStateNotFound.
+// State returns the state record of runID and its revision: an error
+// wrapping ErrStateNotFound if there is none (the run is unknown, or still
+// queued), ErrStateCorrupt if it cannot be read.
 func (c *Client) State(ctx context.Context, runID string) (RunState, uint64, error) {
-	store, err := c.StateStore(ctx)
+	kv, err := c.bucket(ctx)
 	if err != nil {
 		return RunState{}, 0, err
 	}
-	return store.Get(ctx, runID)
+	return getState(ctx, kv, runID)
 }

@@ -31,10 +31,6 @@ func (r RunRequest) Digest() string {
 	return digestBytes(data)
 }
 
-// RawDigest is the digest of a request body that does not decode: the hex
-// SHA-256 of the bytes as they arrived.
-func RawDigest(body []byte) string { return digestBytes(body) }
-
 func digestBytes(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

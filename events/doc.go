@@ -1,7 +1,9 @@
-// Package events is foundryq's wire contract v1: subjects and JetStream
-// names, the message types and their validation, provisioning of the
-// streams, consumer and state bucket, and client helpers to submit, cancel
-// and watch runs.
+// Package events is foundryq's client library and wire contract v1: the
+// subjects and JetStream names, the message types with their validation,
+// and a Client that submits, cancels, watches and lists runs and reads
+// their state. It is what other services import; the workers (package
+// consumer) create the streams and the state bucket and write everything
+// but run requests and cancels.
 //
 // # Subjects and names
 //
@@ -17,7 +19,9 @@
 //	foundryq.cancel.<run_id>  cancel (CancelRequest -> CancelReply), core NATS request-reply, one worker answers
 //	foundryq.watch.<run_id>   watcher heartbeats (empty body), core NATS
 //	foundryq.dead.<run_id>    dead letters                        stream FOUNDRYQ_DEAD: limits, file, MaxAge 30d
-//	KV foundryq-runs, key <run_id>: RunState (status, response id, owner, attempt, cancel record, timestamps)
+//	foundryq.cancels.<run_id> durable cancel records (CancelRequest) stream FOUNDRYQ_CANCELS: one per run id
+//	KV foundryq-runs, key <run_id>: RunState, written by workers only (status, digest, response id,
+//	                                owner, failures, cancel record, the terminal event, timestamps)
 //
 // # Run requests
 //
@@ -53,13 +57,17 @@
 // A cancel is a core NATS request on the cancel subject with an optional
 // body {"reason": "..."}; the reply is {run_id, result, upstream_status?,
 // terminal?} with result cancelling, cancelled, already_finished or
-// not_found. Cancel is idempotent. Client.Cancel also covers the case where
-// no worker runs at all: it records the cancel in the state bucket, where
-// the next worker to take the run finds it.
+// not_found. Cancel is idempotent. Client.Cancel first stores the cancel on
+// the cancels stream, so that a cancel sent while no worker runs is applied
+// by the next worker to take the run.
 //
-// # Provisioning and clients
+// # The client
 //
-// Workers call Provision at start (idempotent, safe concurrently). Client
-// offers Submit, Cancel, Watch and State; StateStore gives compare-and-set
-// access to run states for workers and tools.
+// Connect opens a NATS connection with a reply inbox of the user's own
+// (permissions allow each user only its inbox prefix). NewClient wraps it:
+// Submit (a run id runs once: the same request again returns the existing
+// run, a different one a *RunIDUsedError), Cancel, Watch (every event from
+// the start or from now, then live, io.EOF after the terminal event), State
+// and Runs (a listing with one filter type, RunFilter). The Client creates
+// nothing on NATS.
 package events

@@ -3,11 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // EventType is the "type" of a RunEvent.
@@ -145,35 +141,6 @@ const (
 	HeaderDeadTruncated = "Foundryq-Dead-Truncated"
 )
 
-// MsgID is the Nats-Msg-Id of a run's event number seq: "<run_id>:<seq>".
-func MsgID(runID string, seq uint64) string {
-	return runID + ":" + strconv.FormatUint(seq, 10)
-}
-
-// NewEventMsg builds the message for ev on its event subject, with the
-// headers every event carries: Nats-Msg-Id, Foundryq-Type and, when
-// upstreamSeq >= 0, Foundryq-Upstream-Seq.
-func NewEventMsg(n Names, ev RunEvent, upstreamSeq int64) (*nats.Msg, error) {
-	if !ValidRunID(ev.RunID) {
-		return nil, fmt.Errorf("events: event run id %q: %w", ev.RunID, ErrBadRunID)
-	}
-	if ev.Seq == 0 {
-		return nil, fmt.Errorf("events: event for run %s: seq must start at 1", ev.RunID)
-	}
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return nil, fmt.Errorf("events: encode event %s: %w", MsgID(ev.RunID, ev.Seq), err)
-	}
-	m := nats.NewMsg(n.EventSubject(ev.RunID))
-	m.Data = data
-	m.Header.Set(jetstream.MsgIDHeader, MsgID(ev.RunID, ev.Seq))
-	m.Header.Set(HeaderType, string(ev.Type))
-	if upstreamSeq >= 0 {
-		m.Header.Set(HeaderUpstreamSeq, strconv.FormatInt(upstreamSeq, 10))
-	}
-	return m, nil
-}
-
 // DecodeRunEvent decodes an event body. Unknown fields are ignored (the
 // contract grows additively); a missing run_id, seq or type is an error
 // wrapping ErrBadEvent.
@@ -186,14 +153,4 @@ func DecodeRunEvent(data []byte) (RunEvent, error) {
 		return ev, fmt.Errorf("%w: run_id, seq and type are required", ErrBadEvent)
 	}
 	return ev, nil
-}
-
-// UpstreamSeq returns the Foundryq-Upstream-Seq header of an event message.
-func UpstreamSeq(h nats.Header) (int64, bool) {
-	v := h.Get(HeaderUpstreamSeq)
-	if v == "" {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	return n, err == nil
 }

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/foundryq/foundryq/events"
 )
 
@@ -27,37 +25,12 @@ func TestEventTypes(t *testing.T) {
 	}
 }
 
-func TestNewEventMsg(t *testing.T) {
+func TestDecodeRunEvent(t *testing.T) {
 	t.Parallel()
-	n := events.Names{}
 	ev := events.RunEvent{RunID: "r1", Seq: 7, Type: events.TypeTextDelta, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Text: "hi"}
-	m, err := events.NewEventMsg(n, ev, 42)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Subject != "foundryq.events.r1" || m.Header.Get(jetstream.MsgIDHeader) != "r1:7" || events.MsgID("r1", 7) != "r1:7" ||
-		m.Header.Get(events.HeaderType) != "text.delta" || m.Header.Get(events.HeaderUpstreamSeq) != "42" {
-		t.Fatalf("msg %s %v", m.Subject, m.Header)
-	}
-	if up, ok := events.UpstreamSeq(m.Header); !ok || up != 42 {
-		t.Errorf("UpstreamSeq = %d %v", up, ok)
-	}
-	want := `{"run_id":"r1","seq":7,"type":"text.delta","time":"2026-01-02T03:04:05Z","text":"hi"}`
-	if string(m.Data) != want {
-		t.Errorf("body %s\nwant %s", m.Data, want)
-	}
-	back, err := events.DecodeRunEvent(m.Data)
+	back, err := events.DecodeRunEvent([]byte(`{"run_id":"r1","seq":7,"type":"text.delta","time":"2026-01-02T03:04:05Z","text":"hi"}`))
 	if err != nil || back != ev {
 		t.Fatalf("decode: %+v %v", back, err)
-	}
-	if m, _ := events.NewEventMsg(n, ev, -1); m.Header.Get(events.HeaderUpstreamSeq) != "" {
-		t.Error("upstream seq header set for -1")
-	}
-	if _, err := events.NewEventMsg(n, events.RunEvent{RunID: "r1"}, 0); err == nil {
-		t.Error("seq 0 accepted")
-	}
-	if _, err := events.NewEventMsg(n, events.RunEvent{RunID: "a b", Seq: 1}, 0); !errors.Is(err, events.ErrBadRunID) {
-		t.Errorf("bad run id: %v", err)
 	}
 	for _, bad := range []string{`{`, `{"run_id":"r1","type":"text.delta"}`, `[]`} {
 		if _, err := events.DecodeRunEvent([]byte(bad)); !errors.Is(err, events.ErrBadEvent) {

@@ -2,14 +2,14 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-
-	"github.com/nats-io/nats.go/jetstream"
+	"strings"
 
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/devstack"
 )
 
 func ExampleNames() {
@@ -50,56 +50,58 @@ func ExampleDecodeRunRequest() {
 	// field=model rule=exactly one of model or agent is required
 }
 
-// Example_client submits a run, plays the worker's part by publishing two
-// events, and watches the run to its end, all on an embedded server.
+// Example_client runs a whole foundryq in the process (embedded NATS, the
+// Foundry emulator, one worker), submits a run, follows it to its end, and
+// reads its state and the listing.
 func Example_client() {
-	srv, err := natsembed.Start(natsembed.Config{InProcess: true})
-	if err != nil {
-		panic(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect()
-	if err != nil {
-		panic(err)
-	}
-	defer nc.Close()
 	ctx := context.Background()
-	js, _ := jetstream.New(nc)
-	names := events.Names{}
-	if _, err := events.Provision(ctx, js, names, events.ProvisionConfig{}); err != nil {
+	stack, err := devstack.Start(ctx, devstack.Config{Workers: 1})
+	if err != nil {
 		panic(err)
 	}
+	defer stack.Close()
+	client := stack.Client // events.NewClient(nc, events.ClientConfig{}) on a connection of your own
 
-	client, _ := events.NewClient(nc, events.ClientConfig{})
-	res, err := client.Submit(ctx, events.RunRequest{RunID: "run_example", Model: "gpt-4o-mini", Input: []byte(`"Say hi"`)})
-	fmt.Println(res.Stream, res.Sequence, err)
-
-	// What a worker would publish.
-	for i, ev := range []events.RunEvent{
-		{Type: events.TypeTextDelta, Text: "Hi!"},
-		{Type: events.TypeRunCompleted, Status: "completed", Usage: &events.Usage{InputTokens: 2, OutputTokens: 1, TotalTokens: 3}},
-	} {
-		ev.RunID, ev.Seq = "run_example", uint64(i+1)
-		msg, _ := events.NewEventMsg(names, ev, -1)
-		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			panic(err)
-		}
+	req := events.RunRequest{
+		RunID: "run_example", Model: "gpt-4o-mini", Input: json.RawMessage(`"Say hi"`),
+		Metadata: map[string]string{"emu_tokens": "6"},
 	}
+	res, err := client.Submit(ctx, req)
+	fmt.Println(res.Status, err)
 
-	w := client.Watch(ctx, "run_example", events.WatchOptions{NoHeartbeat: true})
+	w := client.Watch(ctx, req.RunID, events.WatchOptions{})
 	defer w.Close()
+	var text strings.Builder
 	for {
 		ev, err := w.Next(ctx)
-		if err == io.EOF {
-			break
+		if errors.Is(err, io.EOF) {
+			break // after the terminal event
 		}
 		if err != nil {
 			panic(err)
 		}
-		fmt.Println(ev.Seq, ev.Type, ev.Text)
+		switch ev.Type {
+		case events.TypeTextDelta:
+			text.WriteString(ev.Text)
+		case events.TypeRunCompleted:
+			fmt.Printf("%q\n%s %s, %d output tokens\n", text.String(), ev.Type, ev.Status, ev.Usage.OutputTokens)
+		}
 	}
+
+	st, _, err := client.State(ctx, req.RunID)
+	fmt.Println(st.Status, st.Terminal, err)
+	for st, err := range client.Runs(ctx, events.RunFilter{Status: []events.RunStatus{events.StatusCompleted}}) {
+		fmt.Println(st.RunID, st.Status, err)
+	}
+
+	// The same request again is a retry: the existing run, nothing new.
+	again, err := client.Submit(ctx, req)
+	fmt.Println(again.Existing, again.Status, err)
 	// Output:
-	// FOUNDRYQ_RUNS 1 <nil>
-	// 1 text.delta Hi!
-	// 2 run.completed
+	// queued <nil>
+	// "Six runs agent queue fair again"
+	// run.completed completed, 6 output tokens
+	// completed run.completed <nil>
+	// run_example completed <nil>
+	// true completed <nil>
 }

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
@@ -20,9 +22,9 @@ type env struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	names  events.Names
-	res    events.Resources
+	res    consumer.Resources
 	client *events.Client
-	store  *events.StateStore
+	store  testStore
 }
 
 // setup starts a server, provisions it and returns a client on it.
@@ -35,7 +37,7 @@ func setup(t *testing.T) *env {
 	}
 	ctx := testCtx(t)
 	names := events.Names{}
-	res, err := events.Provision(ctx, js, names, events.ProvisionConfig{})
+	res, err := consumer.Provision(ctx, js, names, consumer.ProvisionConfig{})
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
@@ -43,7 +45,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{nc: nc, js: js, names: names, res: res, client: c, store: events.NewStateStore(res.State)}
+	return &env{nc: nc, js: js, names: names, res: res, client: c, store: testStore{res.State}}
 }
 
 // testCtx is a context that ends with the test or after 20s.
@@ -68,4 +70,27 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 // validRequest returns a request that passes validation.
 func validRequest(runID string) events.RunRequest {
 	return events.RunRequest{RunID: runID, Model: "gpt-4o-mini", Input: []byte(`"hello"`)}
+}
+
+// testStore reads and writes state records as a worker would, for tests
+// that need a record in a given state.
+type testStore struct{ kv jetstream.KeyValue }
+
+func (s testStore) Get(ctx context.Context, runID string) (events.RunState, uint64, error) {
+	return events.ReadState(ctx, s.kv, runID)
+}
+
+func (s testStore) Create(ctx context.Context, st events.RunState) (uint64, error) {
+	now := time.Now().UTC()
+	if st.UpdatedAt.IsZero() {
+		st.UpdatedAt = now
+	}
+	if st.CreatedAt.IsZero() {
+		st.CreatedAt = now
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return 0, err
+	}
+	return s.kv.Create(ctx, st.RunID, data)
 }

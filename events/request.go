@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/foundryq/foundryq/internal/owned"
 )
 
 // Limits enforced by Validate.
@@ -28,19 +30,9 @@ const (
 // ReservedOptions are the Responses fields foundryq sets itself; options
 // may not carry them. "agent" and "stream_options" are reserved besides
 // the fields of the request because the agent reference field name is
-// configurable and the worker owns how the stream is shaped.
-var ReservedOptions = []string{
-	"agent", "agent_reference", "background", "input", "instructions", "max_output_tokens",
-	"metadata", "model", "store", "stream", "stream_options", "tools",
-}
-
-var reservedOptions = func() map[string]bool {
-	m := make(map[string]bool, len(ReservedOptions))
-	for _, k := range ReservedOptions {
-		m[k] = true
-	}
-	return m
-}()
+// configurable and the worker owns how the stream is shaped. The foundry
+// client refuses the same list.
+var ReservedOptions = owned.RequestFields
 
 // AgentRef references a Foundry agent by name and optional version.
 type AgentRef struct {
@@ -501,7 +493,7 @@ func validateOptions(opts map[string]json.RawMessage) error {
 		switch {
 		case k == "":
 			return invalid("options", ErrBadOptions, "empty key")
-		case reservedOptions[k]:
+		case owned.Is(k):
 			return invalid(field, ErrBadOptions, "%q is set by foundryq and cannot be overridden in options", k)
 		case !json.Valid(opts[k]):
 			return invalid(field, ErrBadOptions, "value is not valid JSON")

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,7 @@ func (p *publisher) publish(ev events.RunEvent) events.RunEvent {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
-	m, err := events.NewEventMsg(p.e.names, ev, int64(p.seq*10))
+	m, err := eventMsg(p.e.names, ev)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestWatchOrderChecks(t *testing.T) {
 	ctx := testCtx(t)
 	raw := func(runID string, seq uint64, typ events.EventType, id string) {
 		t.Helper()
-		m, err := events.NewEventMsg(e.names, events.RunEvent{RunID: runID, Seq: seq, Type: typ, Time: time.Now()}, -1)
+		m, err := eventMsg(e.names, events.RunEvent{RunID: runID, Seq: seq, Type: typ, Time: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,4 +357,17 @@ func TestWatchHeartbeatsStopAtTerminal(t *testing.T) {
 	if n1, _, _ := sub.Pending(); n1 != n0 {
 		t.Fatalf("%d heartbeats after the terminal event", n1-n0)
 	}
+}
+
+// eventMsg is a run event as a worker stores it (the headers a watch needs).
+func eventMsg(n events.Names, ev events.RunEvent) (*nats.Msg, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(n.EventSubject(ev.RunID))
+	m.Data = data
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%d", ev.RunID, ev.Seq))
+	m.Header.Set(events.HeaderType, string(ev.Type))
+	return m, nil
 }

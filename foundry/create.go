@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/foundryq/foundryq/internal/owned"
 )
 
 // AgentRef references a Foundry agent (sent instead of a model).
@@ -30,12 +32,9 @@ type CreateRequest struct {
 	Metadata        map[string]string
 	MaxOutputTokens int // 0: not sent
 	// Options are raw Responses fields merged into the body (temperature,
-	// reasoning, ...). They may not set a field Create owns (see ownedFields).
+	// reasoning, ...). They may not set a field Create owns (owned.RequestFields).
 	Options map[string]json.RawMessage
 }
-
-// ownedFields are the body fields Create sets itself; Options may not carry them.
-var ownedFields = []string{"model", "input", "instructions", "tools", "metadata", "stream", "background", "store", "max_output_tokens", "agent_reference", "agent"}
 
 // Create starts a background response and returns its event stream: POST
 // responses with background, stream and store set to true. The request is sent
@@ -167,15 +166,7 @@ func (c *Client) createBody(req CreateRequest) ([]byte, error) {
 }
 
 func isOwned(key, agentField string) bool {
-	if key == agentField {
-		return true
-	}
-	for _, f := range ownedFields {
-		if key == f {
-			return true
-		}
-	}
-	return false
+	return key == agentField || owned.Is(key)
 }
 
 // checkEventStream makes sure a 2xx reply is an event stream. Anything else

@@ -12,20 +12,34 @@ import (
 	"github.com/foundryq/foundryq/events"
 )
 
+// submitFlags are the settings of a run request on the command line.
+type submitFlags struct {
+	model, agent, input, instructions, runID, options *string
+	timeout, disconnect                               *time.Duration
+	maxTokens                                         *int
+	metadata, tools                                   *[]string
+}
+
+func addSubmitFlags(f *flags) submitFlags {
+	return submitFlags{
+		model:        f.String("model", "", "", "model deployment name (or use --agent)"),
+		agent:        f.String("agent", "", "", "Foundry agent as NAME or NAME:VERSION (or use --model)"),
+		input:        f.String("input", "", "", "input text; a value starting with [ is taken as a JSON array of input items"),
+		instructions: f.String("instructions", "", "", "system instructions"),
+		runID:        f.String("run-id", "", "", "run id (default: generated)"),
+		timeout:      f.Duration("timeout", "", 0, "run deadline; on expiry the run is cancelled server-side (0: worker default)"),
+		disconnect:   f.Duration("cancel-on-disconnect", "", 0, "cancel server-side after this long without a watcher (0: never)"),
+		maxTokens:    f.Int("max-output-tokens", "", 0, "upper bound on output tokens (0: Foundry default)"),
+		metadata:     f.Repeated("metadata", "metadata entry as key=value"),
+		tools:        f.Repeated("tool", "a Responses tool as JSON, e.g. {\"type\":\"mcp\",\"server_label\":\"x\",\"server_url\":\"https://...\",\"require_approval\":\"never\"}"),
+		options:      f.String("options", "", "", "raw Responses fields as a JSON object, e.g. {\"temperature\":0.2}"),
+	}
+}
+
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("submit", "submit --model M | --agent NAME[:VERSION] --input TEXT [flags]")
 	nf := addNATSFlags(f)
-	model := f.String("model", "", "", "model deployment name (or use --agent)")
-	agent := f.String("agent", "", "", "Foundry agent as NAME or NAME:VERSION (or use --model)")
-	input := f.String("input", "", "", "input text; a value starting with [ is taken as a JSON array of input items")
-	instructions := f.String("instructions", "", "", "system instructions")
-	runID := f.String("run-id", "", "", "run id (default: generated)")
-	timeout := f.Duration("timeout", "", 0, "run deadline; on expiry the run is cancelled server-side (0: worker default)")
-	disconnect := f.Duration("cancel-on-disconnect", "", 0, "cancel server-side after this long without a watcher (0: never)")
-	maxTokens := f.Int("max-output-tokens", "", 0, "upper bound on output tokens (0: Foundry default)")
-	metadata := f.Repeated("metadata", "metadata entry as key=value")
-	tools := f.Repeated("tool", "a Responses tool as JSON, e.g. {\"type\":\"mcp\",\"server_label\":\"x\",\"server_url\":\"https://...\",\"require_approval\":\"never\"}")
-	options := f.String("options", "", "", "raw Responses fields as a JSON object, e.g. {\"temperature\":0.2}")
+	sf := addSubmitFlags(f)
 	watch := f.Bool("watch", "", false, "watch the run after submitting (exit code as for watch)")
 	if err := f.parse(args, stdout); err != nil {
 		return err
@@ -33,7 +47,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := needArgs(f, 0, "no arguments"); err != nil {
 		return err
 	}
-	req, err := buildRequest(*model, *agent, *input, *instructions, *runID, *timeout, *disconnect, *maxTokens, *metadata, *tools, *options)
+	req, err := sf.request()
 	if err != nil {
 		return usageError{fmt.Errorf("submit: %w", err)}
 	}
@@ -42,42 +56,47 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeConn()
-	if _, err := c.Submit(ctx, req); err != nil {
+	res, err := c.Submit(ctx, req)
+	if err != nil {
 		if errors.Is(err, events.ErrInvalidRequest) {
 			return usageError{fmt.Errorf("submit: %w", err)}
 		}
 		return fmt.Errorf("submit: %w", err)
 	}
 	fmt.Fprintln(stdout, req.RunID)
+	if res.Existing {
+		fmt.Fprintf(stderr, "run %s already ran this request (a retry): it is %s\n", req.RunID, res.Status)
+	}
 	if !*watch {
 		return nil
 	}
 	return watchRun(ctx, c, req.RunID, events.WatchOptions{}, false, stdout, stderr)
 }
 
-func buildRequest(model, agent, input, instructions, runID string, timeout, disconnect time.Duration, maxTokens int, metadata, tools []string, options string) (events.RunRequest, error) {
+// request builds and validates the run request the flags describe.
+func (sf submitFlags) request() (events.RunRequest, error) {
 	req := events.RunRequest{
-		RunID:                     runID,
-		Model:                     model,
-		Instructions:              instructions,
-		MaxOutputTokens:           maxTokens,
-		TimeoutSeconds:            int((timeout + time.Second - 1) / time.Second),
-		CancelOnDisconnectSeconds: int((disconnect + time.Second - 1) / time.Second),
+		RunID:                     *sf.runID,
+		Model:                     *sf.model,
+		Instructions:              *sf.instructions,
+		MaxOutputTokens:           *sf.maxTokens,
+		TimeoutSeconds:            int((*sf.timeout + time.Second - 1) / time.Second),
+		CancelOnDisconnectSeconds: int((*sf.disconnect + time.Second - 1) / time.Second),
 	}
 	if req.RunID == "" {
 		req.RunID = events.NewRunID()
 	}
-	if agent != "" {
-		name, version, _ := strings.Cut(agent, ":")
+	if *sf.agent != "" {
+		name, version, _ := strings.Cut(*sf.agent, ":")
 		req.Agent = &events.AgentRef{Name: name, Version: version}
 	}
-	if strings.HasPrefix(strings.TrimSpace(input), "[") {
+	if input := *sf.input; strings.HasPrefix(strings.TrimSpace(input), "[") {
 		req.Input = json.RawMessage(input)
 	} else {
 		b, _ := json.Marshal(input)
 		req.Input = b
 	}
-	for _, kv := range metadata {
+	for _, kv := range *sf.metadata {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
 			return req, fmt.Errorf("--metadata %q: want key=value", kv)
@@ -87,14 +106,14 @@ func buildRequest(model, agent, input, instructions, runID string, timeout, disc
 		}
 		req.Metadata[k] = v
 	}
-	for _, t := range tools {
+	for _, t := range *sf.tools {
 		if !json.Valid([]byte(t)) {
 			return req, fmt.Errorf("--tool %q: not valid JSON", t)
 		}
 		req.Tools = append(req.Tools, json.RawMessage(t))
 	}
-	if options != "" {
-		if err := json.Unmarshal([]byte(options), &req.Options); err != nil {
+	if *sf.options != "" {
+		if err := json.Unmarshal([]byte(*sf.options), &req.Options); err != nil {
 			return req, fmt.Errorf("--options: want a JSON object: %w", err)
 		}
 	}
@@ -127,7 +146,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // watchRun prints a run's events until its terminal event. The exit code
-// says how it ended: 0 completed, 1 failed, 2 cancelled.
+// says how it ended: exitOK completed, exitFailed, exitCancelled.
 func watchRun(ctx context.Context, c *events.Client, runID string, opts events.WatchOptions, asJSON bool, stdout, stderr io.Writer) error {
 	w := c.Watch(ctx, runID, opts)
 	defer w.Close()
@@ -149,9 +168,9 @@ func watchRun(ctx context.Context, c *events.Client, runID string, opts events.W
 		case events.TypeRunCompleted:
 			return nil
 		case events.TypeRunFailed:
-			return exitCode(1)
+			return exitCode(exitFailed)
 		case events.TypeRunCancelled:
-			return exitCode(2)
+			return exitCode(exitCancelled)
 		}
 	}
 }
@@ -238,7 +257,7 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintln(stdout, describeCancel(reply))
 	if reply.Result == events.CancelNotFound {
-		return exitCode(1)
+		return exitCode(exitNotFound)
 	}
 	return nil
 }
@@ -280,7 +299,8 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.fs.NArg() == 1 {
 		st, _, err := c.State(ctx, f.fs.Arg(0))
 		if errors.Is(err, events.ErrStateNotFound) {
-			return fmt.Errorf("run %s: no state recorded (unknown, or still queued)", f.fs.Arg(0))
+			fmt.Fprintf(stderr, "run %s: no state recorded (unknown, or still queued)\n", f.fs.Arg(0))
+			return exitCode(exitNotFound)
 		}
 		if err != nil {
 			return err

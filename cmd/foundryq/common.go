@@ -96,8 +96,11 @@ func (n natsFlags) connect(name string, waitForServer bool) (*nats.Conn, error) 
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
 	nc, err := events.Connect(*n.url, opts...)
+	if errors.Is(err, nats.ErrNoServers) {
+		err = fmt.Errorf("%w (is a server running? try: go run ./cmd/foundryq dev)", err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w (is a server running? try: go run ./cmd/foundryq dev)", err)
+		return nil, natsUnreachable{err}
 	}
 	return nc, nil
 }
@@ -179,8 +182,14 @@ type logFlags struct {
 }
 
 func addLogFlags(f *flags, defFormat string) logFlags {
+	return addLogFlagsLevel(f, defFormat, "info")
+}
+
+// addLogFlagsLevel is addLogFlags with another default level (LOG_LEVEL and
+// --log-level still win).
+func addLogFlagsLevel(f *flags, defFormat, defLevel string) logFlags {
 	return logFlags{
-		level:  f.String("log-level", "LOG_LEVEL", "info", "log level: debug, info, warn, error"),
+		level:  f.String("log-level", "LOG_LEVEL", defLevel, "log level: debug, info, warn, error"),
 		format: f.String("log-format", "LOG_FORMAT", defFormat, "log format: json or console"),
 	}
 }

@@ -9,67 +9,31 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/devstack"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("demo", "demo [flags]")
 	toolTime := f.Duration("tool-time", "", 3*time.Second, "how long the emulated MCP tool call of the second run would take")
-	lf := addLogFlags(f, "console")
-	*lf.level = "warn"
+	lf := addLogFlagsLevel(f, "console", "warn")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
+	stack, err := devstack.Start(ctx, devstack.Config{
+		Emulator: foundrytest.Config{APIKey: "demo-key", DefaultTokenDelay: 15 * time.Millisecond},
+		Workers:  2,
+		Worker:   consumer.Config{WorkerID: "demo", Logger: &log},
+	})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer func() { _ = stack.Close() }()
+	c, emu := stack.Client, stack.Emulator
 
-	ns, err := natsembed.Start(natsembed.Config{InProcess: true})
-	if err != nil {
-		return fmt.Errorf("demo: start NATS: %w", err)
-	}
-	defer ns.Shutdown()
-	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "demo-key", DefaultTokenDelay: 15 * time.Millisecond})
-	defer emu.Close()
-	up, err := foundry.New(foundry.Config{BaseURL: emu.BaseURL(), APIKey: "demo-key"})
-	if err != nil {
-		return err
-	}
-	defer up.CloseIdleConnections()
-	nc, err := ns.Connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-
-	wctx, stopWorkers := context.WithCancel(ctx)
-	g, gctx := errgroup.WithContext(wctx)
-	for i := range 2 {
-		w, err := consumer.New(nc, up, consumer.Config{WorkerID: fmt.Sprintf("demo-%d", i+1), Logger: &log})
-		if err != nil {
-			stopWorkers()
-			return err
-		}
-		g.Go(func() error { return w.Run(gctx) })
-	}
-	defer func() {
-		stopWorkers()
-		_ = g.Wait()
-	}()
-
-	c, err := events.NewClient(nc, events.ClientConfig{})
-	if err != nil {
-		return err
-	}
-	// The workers provision too, concurrently; doing it here first means
-	// the first submit cannot beat them to it.
-	if _, err := events.Provision(ctx, c.JetStream(), c.Names(), events.ProvisionConfig{}); err != nil {
-		return err
-	}
 	say := func(format string, a ...any) { fmt.Fprintf(stdout, "\n== "+format+"\n", a...) }
 
 	say("1. A run streamed to the terminal (embedded NATS, Foundry emulator, two workers)")

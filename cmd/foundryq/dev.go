@@ -5,18 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/foundryq/foundryq/consumer"
-	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
@@ -36,6 +31,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	wlog := log.With().Str("component", "worker").Logger()
 	if *workers < 0 {
 		return usageError{fmt.Errorf("dev: --workers must be 0 or more, got %d", *workers)}
 	}
@@ -53,89 +49,54 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
-	ns, err := natsembed.Start(natsembed.Config{Host: "127.0.0.1", Port: *natsPort, StoreDir: *dataDir, ConfigFile: *natsConfig})
-	if err != nil {
-		return fmt.Errorf("dev: start NATS on 127.0.0.1:%d: %w", *natsPort, err)
+	scfg := devstack.Config{
+		NATS:         natsembed.Config{Host: "127.0.0.1", Port: *natsPort, StoreDir: *dataDir, ConfigFile: *natsConfig},
+		Connect:      authOpts, // with --nats-config, as a user of that file (its inbox prefix derived)
+		EmulatorAddr: *emuAddr,
+		Workers:      *workers,
+		Worker:       wf.config("", &wlog),
 	}
-	defer ns.Shutdown()
-
-	base, key := *wf.endpoint, *wf.apiKey
-	var emu *emulator
-	if base == "" {
-		cfg := ef.config(log.With().Str("component", "emulator").Logger())
-		if err := cfg.Validate(); err != nil {
+	scfg.Worker.Secrets = resolver
+	reg := prometheus.NewRegistry()
+	scfg.Worker.Registerer = reg // the first worker's metrics
+	if *wf.endpoint != "" {
+		scfg.Foundry = wf.foundryConfig(*wf.endpoint, *wf.apiKey)
+	} else {
+		scfg.Emulator = ef.config(log.With().Str("component", "emulator").Logger())
+		if err := scfg.Emulator.Validate(); err != nil {
 			return usageError{err}
 		}
-		emu, err = startEmulator(*emuAddr, cfg)
-		if err != nil {
-			return fmt.Errorf("dev: %w", err)
-		}
-		defer func() { _ = emu.close() }()
-		base, key = emu.baseURL(), *ef.apiKey
+		key := *ef.apiKey
 		if key == "" {
 			key = "emulator" // any key: the emulator checks none, and without one the client would use Entra ID
 		}
+		scfg.Foundry = wf.foundryConfig("", key)
 	}
-	up, err := foundry.New(wf.foundryConfig(base, key))
-	if err != nil {
-		return err
-	}
-	defer up.CloseIdleConnections()
-	// With --nats-config, as a user of that file (its inbox prefix derived).
-	nc, err := events.Connect(ns.ClientURL(), append([]nats.Option{nats.Name("foundryq-dev")}, authOpts...)...)
+	// Provisioned before anything says "running": clients can submit and
+	// watch at once, even with --workers 0.
+	stack, err := devstack.Start(ctx, scfg)
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	defer nc.Close()
+	defer func() { _ = stack.Close() }()
 
-	// Provision before saying "running": clients can submit and watch at
-	// once, even with --workers 0.
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if _, err := events.Provision(ctx, js, events.Names{Prefix: events.DefaultPrefix}, wf.config("", &log).Provision); err != nil {
-		return fmt.Errorf("dev: provision streams: %w", err)
-	}
-
-	rctx, cancel := context.WithCancel(ctx)
-	g, gctx := errgroup.WithContext(rctx)
-	defer func() { cancel(); _ = g.Wait() }()        // an early return stops what started
-	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted, even with --workers 0
-	reg := prometheus.NewRegistry()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted
 	if *httpAddr != "" {
-		// Before any worker starts: a port in use fails here, with nothing to stop.
-		if _, err := serveOps(gctx, g, *httpAddr, reg, nc); err != nil {
+		if _, err := serveOps(gctx, g, *httpAddr, reg, stack.Conn); err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
 	}
-	for i := range *workers {
-		wlog := log.With().Str("component", "worker").Logger()
-		cfg := wf.config("", &wlog)
-		cfg.Secrets = resolver
-		if cfg.WorkerID == "" {
-			cfg.WorkerID = "dev-" + strconv.Itoa(i+1)
-		} else if *workers > 1 {
-			cfg.WorkerID += "-" + strconv.Itoa(i+1)
-		}
-		if i == 0 {
-			cfg.Registerer = reg
-		}
-		w, err := consumer.New(nc, up, cfg)
-		if err != nil {
-			return err
-		}
-		g.Go(func() error { return w.Run(gctx) })
-	}
+	ns := stack.NATS
 
 	fmt.Fprintf(stdout, "foundryq dev is running.\n  NATS:     %s (JetStream data in %s)\n", ns.ClientURL(), ns.StoreDir())
 	if *natsConfig != "" {
 		fmt.Fprintf(stdout, "  Users:    from %s: connect as one, e.g. --nats-url nats://client:PASSWORD@%s\n", *natsConfig, strings.TrimPrefix(ns.ClientURL(), "nats://"))
 	}
-	if emu != nil {
-		fmt.Fprintf(stdout, "  Foundry:  emulator at %s (stats: %s/_emulator/stats)\n", emu.baseURL(), emu.url())
+	if emu := stack.Emulator; emu != nil {
+		fmt.Fprintf(stdout, "  Foundry:  emulator at %s (stats: %s/_emulator/stats)\n", emu.BaseURL(), emu.URL())
 	} else {
-		fmt.Fprintf(stdout, "  Foundry:  %s\n", base)
+		fmt.Fprintf(stdout, "  Foundry:  %s\n", *wf.endpoint)
 	}
 	fmt.Fprintf(stdout, "  Workers:  %d\n", *workers)
 	if *httpAddr != "" {

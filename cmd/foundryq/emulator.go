@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -64,46 +61,13 @@ func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	emu, err := startEmulator(*addr, cfg)
+	emu, err := foundrytest.Listen(*addr, cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("emulator: %w", err)
 	}
-	fmt.Fprintf(stdout, "Foundry emulator serving %s (stats at %s, throttle at %s)\n", emu.baseURL(),
-		emu.url()+"/_emulator/stats", emu.url()+"/_emulator/throttle")
+	fmt.Fprintf(stdout, "Foundry emulator serving %s (stats at %s, throttle at %s)\n", emu.BaseURL(),
+		emu.URL()+"/_emulator/stats", emu.URL()+"/_emulator/throttle")
 	<-ctx.Done()
-	return emu.close()
-}
-
-// emulator is a foundrytest.Handler served over HTTP.
-type emulator struct {
-	h   *foundrytest.Handler
-	srv *http.Server
-	ln  net.Listener
-	err chan error
-}
-
-func startEmulator(addr string, cfg foundrytest.Config) (*emulator, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("emulator: listen on %s: %w", addr, err)
-	}
-	h := foundrytest.NewHandler(cfg)
-	e := &emulator{h: h, ln: ln, err: make(chan error, 1), srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
-	go func() { e.err <- e.srv.Serve(ln) }()
-	return e, nil
-}
-
-func (e *emulator) url() string     { return "http://" + e.ln.Addr().String() }
-func (e *emulator) baseURL() string { return e.url() + "/openai/v1/" }
-
-// close stops generations, then the HTTP server.
-func (e *emulator) close() error {
-	e.h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	err := e.srv.Shutdown(ctx)
-	if serr := <-e.err; !errors.Is(serr, http.ErrServerClosed) && serr != nil {
-		err = serr
-	}
-	return err
+	emu.Close()
+	return nil
 }

@@ -133,7 +133,7 @@ func (f *flags) printHelp(w io.Writer) {
 	}
 }
 
-// usageError marks errors caused by how the command was called (exit 64).
+// usageError marks errors caused by how the command was called (exitUsage).
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }

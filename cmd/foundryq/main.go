@@ -39,10 +39,27 @@ var commands = map[string]command{
 // errHelp means help was printed on request.
 var errHelp = errors.New("help requested")
 
+// Exit codes. They never overlap: a script can tell a usage error from a run
+// that failed, and NATS that cannot be reached from both.
+const (
+	exitOK        = 0 // done; for watch and submit --watch: the run completed
+	exitError     = 1 // anything else went wrong
+	exitUsage     = 2 // bad command, flag or argument (as package flag does)
+	exitFailed    = 3 // watch: the run ended run.failed
+	exitCancelled = 4 // watch: the run ended run.cancelled
+	exitNATS      = 5 // NATS could not be reached
+	exitNotFound  = 6 // cancel or runs RUN_ID: no such run
+)
+
 // exitCode carries a specific process exit status.
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// natsUnreachable marks a failure to connect to NATS (exit 5).
+type natsUnreachable struct{ error }
+
+func (e natsUnreachable) Unwrap() error { return e.error }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,9 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printUsage(stdout)
 		if len(args) == 0 {
-			return 2
+			return exitUsage
 		}
-		return 0
+		return exitOK
 	}
 	// Logs and errors go to stderr: scrub every credential given to this
 	// command from it, whatever library quotes it.
@@ -66,22 +83,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		fmt.Fprintf(stderr, "foundryq: unknown command %q\n\n", args[0])
 		printUsage(stderr)
-		return 2
+		return exitUsage
 	}
 	err := cmd.run(ctx, args[1:], stdout, stderr)
 	var code exitCode
 	var usage usageError
+	var unreachable natsUnreachable
 	switch {
 	case err == nil, errors.Is(err, errHelp):
-		return 0
+		return exitOK
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &usage):
 		fmt.Fprintln(stderr, "foundryq:", err)
-		return 2
+		return exitUsage
+	case errors.As(err, &unreachable):
+		fmt.Fprintln(stderr, "foundryq:", err)
+		return exitNATS
 	default:
 		fmt.Fprintln(stderr, "foundryq:", err)
-		return 1
+		return exitError
 	}
 }
 
@@ -96,4 +117,5 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'foundryq <command> --help' for its settings. Quick start: foundryq dev")
+	fmt.Fprintln(w, "\nExit codes: 0 ok (a watched run completed), 1 error, 2 usage error, 3 the run failed,\n4 the run was cancelled, 5 NATS unreachable, 6 no such run.")
 }

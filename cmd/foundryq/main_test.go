@@ -69,6 +69,9 @@ func TestUsageAndHelp(t *testing.T) {
 	if code, _, stderr := runCmd(t, ctx, "cancel", "bad id!"); code != 2 || !strings.Contains(stderr, "run id") {
 		t.Errorf("cancel with a bad id: code %d, stderr %q", code, stderr)
 	}
+	if code, _, stderr := runCmd(t, ctx, "watch", "--nats-url", "nats://127.0.0.1:"+strconv.Itoa(freePort(t)), "r1"); code != exitNATS || !strings.Contains(stderr, "is a server running") {
+		t.Errorf("watch with no NATS: code %d, stderr %q", code, stderr)
+	}
 }
 
 func TestFlagsFromEnvironment(t *testing.T) {
@@ -155,11 +158,25 @@ func TestDevModeWithTheCLI(t *testing.T) {
 		t.Fatalf("cancel: code %d, stdout %q", code, stdout)
 	}
 	w := <-watched
-	if w[0] != "2" || !strings.Contains(w[2], "run cancelled: a cancel was requested; Foundry status: cancelled") {
+	if w[0] != strconv.Itoa(exitCancelled) || !strings.Contains(w[2], "run cancelled: a cancel was requested; Foundry status: cancelled") {
 		t.Fatalf("watch of a cancelled run: code %s, stderr %q", w[0], w[2])
 	}
-	if code, stdout, _ := runCmd(t, cctx, "cancel", "--nats-url", natsURL, "no-such-run"); code != 1 || !strings.Contains(stdout, "not found") {
+	if code, stdout, _ := runCmd(t, cctx, "cancel", "--nats-url", natsURL, "no-such-run"); code != exitNotFound || !strings.Contains(stdout, "not found") {
 		t.Fatalf("cancel of an unknown run: code %d, stdout %q", code, stdout)
+	}
+	if code, _, stderr := runCmd(t, cctx, "runs", "--nats-url", natsURL, "no-such-run"); code != exitNotFound || !strings.Contains(stderr, "no state recorded") {
+		t.Fatalf("runs of an unknown run: code %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "fail", "--run-id", "cli-3",
+		"--metadata", "emu_fail_after=3", "--watch")
+	if code != exitFailed || !strings.Contains(stderr, "failed") {
+		t.Fatalf("submit --watch of a failing run: code %d, stderr %q", code, stderr)
+	}
+	// The same request again is a retry: the existing run, not an error.
+	code, stdout, stderr = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "fail", "--run-id", "cli-3",
+		"--metadata", "emu_fail_after=3")
+	if code != exitOK || stdout != "cli-3\n" || !strings.Contains(stderr, "already ran this request") {
+		t.Fatalf("resubmit: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if code, stdout, _ := runCmd(t, cctx, "runs", "--nats-url", natsURL); code != 0 || !strings.Contains(stdout, "cli-1") || !strings.Contains(stdout, "cancelled") {
 		t.Fatalf("runs: code %d, stdout %q", code, stdout)

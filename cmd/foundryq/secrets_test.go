@@ -109,8 +109,8 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	if code, stdout, stderr := out.cli(t, cctx, "cancel", "cancel", "--nats-url", natsURL, "sec-2"); code != 0 || !strings.Contains(stdout, "cancelling") {
 		t.Fatalf("cancel as client: %d %s %s", code, stdout, stderr)
 	}
-	if code := <-watched; code != 2 {
-		t.Fatalf("watch of the cancelled run exited %d, want 2", code)
+	if code := <-watched; code != exitCancelled {
+		t.Fatalf("watch of the cancelled run exited %d, want %d", code, exitCancelled)
 	}
 	if code, stdout, stderr := out.cli(t, cctx, "runs", "runs", "--nats-url", natsURL); code != 0 || !strings.Contains(stdout, "sec-1") || !strings.Contains(stdout, "sec-2") {
 		t.Fatalf("runs as client: %d %s %s", code, stdout, stderr)

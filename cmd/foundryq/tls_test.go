@@ -74,8 +74,8 @@ func TestTLSFlags(t *testing.T) {
 		args []string
 		code int
 	}{
-		"no CA":                         {[]string{"--nats-tls-cert", certs.ClientCert, "--nats-tls-key", certs.ClientKey}, 1},
-		"no client certificate":         {[]string{"--nats-tls-ca", certs.CA}, 1},
+		"no CA":                         {[]string{"--nats-tls-cert", certs.ClientCert, "--nats-tls-key", certs.ClientKey}, exitNATS},
+		"no client certificate":         {[]string{"--nats-tls-ca", certs.CA}, exitNATS},
 		"a certificate without its key": {[]string{"--nats-tls-ca", certs.CA, "--nats-tls-cert", certs.ClientCert}, 2},
 	} {
 		code, _, stderr := runCmd(t, cctx, append([]string{"runs", "--nats-url", clientURL}, tc.args...)...)

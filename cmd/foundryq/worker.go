@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/foundryq/foundryq/consumer"
-	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/internal/secrets"
 )
@@ -119,7 +118,7 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		ForegroundPollTimeout: *w.foregroundPoll,
 		RetryDelay:            *w.retryDelay,
 		Logger:                log,
-		Provision: events.ProvisionConfig{
+		Provision: consumer.ProvisionConfig{
 			Replicas:     *w.replicas,
 			EventsMaxAge: *w.eventsMaxAge,
 			AckWait:      *w.ackWait,

@@ -3,6 +3,7 @@ package foundrytest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -23,11 +24,21 @@ type Server struct {
 // NewServer starts an emulator on 127.0.0.1 with a free port. It panics if
 // it cannot listen or if cfg is invalid, like httptest.NewServer.
 func NewServer(cfg Config) *Server {
-	h := NewHandler(cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := Listen("127.0.0.1:0", cfg)
 	if err != nil {
-		panic("foundrytest: listen: " + err.Error())
+		panic("foundrytest: " + err.Error())
 	}
+	return s
+}
+
+// Listen starts a Server on addr (host:port; port 0 picks a free one), as
+// foundryq emulator and foundryq dev do.
+func Listen(addr string, cfg Config) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	h := NewHandler(cfg)
 	s := &Server{
 		h:   h,
 		ln:  ln,
@@ -41,7 +52,7 @@ func NewServer(cfg Config) *Server {
 			h.cfg.Logger.Error().Err(err).Msg("foundrytest: serve")
 		}
 	}()
-	return s
+	return s, nil
 }
 
 // URL is the server's root, e.g. "http://127.0.0.1:40123".

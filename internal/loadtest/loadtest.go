@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -166,7 +167,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	// The workers provision too, concurrently; doing it here first means
 	// the first submit cannot beat them to it.
-	if _, err := events.Provision(ctx, c.JetStream(), c.Names(), events.ProvisionConfig{}); err != nil {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return rep, err
+	}
+	if _, err := consumer.Provision(ctx, js, c.Names(), consumer.ProvisionConfig{}); err != nil {
 		return rep, err
 	}
 	obs, err := observe(nc)

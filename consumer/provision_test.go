@@ -1,4 +1,4 @@
-package events_test
+package consumer_test
 
 import (
 	"strings"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
@@ -26,7 +27,7 @@ func TestProvisionConcurrentAndIdempotent(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
 	for i := range workers {
-		wg.Go(func() { _, errs[i] = events.Provision(ctx, js, n, events.ProvisionConfig{}) })
+		wg.Go(func() { _, errs[i] = consumer.Provision(ctx, js, n, consumer.ProvisionConfig{}) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -34,7 +35,7 @@ func TestProvisionConcurrentAndIdempotent(t *testing.T) {
 			t.Fatalf("provisioner %d: %v", i, err)
 		}
 	}
-	res, err := events.Provision(ctx, js, n, events.ProvisionConfig{})
+	res, err := consumer.Provision(ctx, js, n, consumer.ProvisionConfig{})
 	if err != nil {
 		t.Fatalf("second provision: %v", err)
 	}
@@ -88,7 +89,7 @@ func TestProvisionConcurrentAndIdempotent(t *testing.T) {
 	}
 
 	// A changed setting is applied in place.
-	res, err = events.Provision(ctx, js, n, events.ProvisionConfig{EventsMaxAge: time.Hour, AckWait: time.Minute})
+	res, err = consumer.Provision(ctx, js, n, consumer.ProvisionConfig{EventsMaxAge: time.Hour, AckWait: time.Minute})
 	if err != nil {
 		t.Fatalf("provision with new settings: %v", err)
 	}
@@ -110,21 +111,21 @@ func TestProvisionConfigValidation(t *testing.T) {
 	ctx := testCtx(t)
 	tests := []struct {
 		setting string
-		cfg     events.ProvisionConfig
+		cfg     consumer.ProvisionConfig
 	}{
-		{"Replicas", events.ProvisionConfig{Replicas: 7}},
-		{"EventsMaxAge", events.ProvisionConfig{EventsMaxAge: time.Millisecond}},
-		{"EventsDuplicates", events.ProvisionConfig{EventsMaxAge: time.Minute, EventsDuplicates: time.Hour}},
-		{"Duplicates", events.ProvisionConfig{Duplicates: time.Minute}},
-		{"AckWait", events.ProvisionConfig{AckWait: time.Millisecond}},
-		{"MaxDeliver", events.ProvisionConfig{MaxDeliver: -1}},
-		{"MaxAckPending", events.ProvisionConfig{MaxAckPending: -5}},
-		{"StateTTL", events.ProvisionConfig{StateTTL: -time.Hour}},
-		{"StateTTL", events.ProvisionConfig{StateTTL: time.Hour, EventsMaxAge: 2 * time.Hour}},
-		{"DeadMaxAge", events.ProvisionConfig{DeadMaxAge: -time.Hour}},
+		{"Replicas", consumer.ProvisionConfig{Replicas: 7}},
+		{"EventsMaxAge", consumer.ProvisionConfig{EventsMaxAge: time.Millisecond}},
+		{"EventsDuplicates", consumer.ProvisionConfig{EventsMaxAge: time.Minute, EventsDuplicates: time.Hour}},
+		{"Duplicates", consumer.ProvisionConfig{Duplicates: time.Minute}},
+		{"AckWait", consumer.ProvisionConfig{AckWait: time.Millisecond}},
+		{"MaxDeliver", consumer.ProvisionConfig{MaxDeliver: -1}},
+		{"MaxAckPending", consumer.ProvisionConfig{MaxAckPending: -5}},
+		{"StateTTL", consumer.ProvisionConfig{StateTTL: -time.Hour}},
+		{"StateTTL", consumer.ProvisionConfig{StateTTL: time.Hour, EventsMaxAge: 2 * time.Hour}},
+		{"DeadMaxAge", consumer.ProvisionConfig{DeadMaxAge: -time.Hour}},
 	}
 	for _, tt := range tests {
-		_, err := events.Provision(ctx, js, events.Names{}, tt.cfg)
+		_, err := consumer.Provision(ctx, js, events.Names{}, tt.cfg)
 		if err == nil || !strings.Contains(err.Error(), tt.setting) {
 			t.Errorf("%s: err = %v, want one naming the setting", tt.setting, err)
 		}
@@ -142,7 +143,7 @@ func TestProvisionPrefix(t *testing.T) {
 	a, _ := events.NewNames("tenant_a.fq")
 	b, _ := events.NewNames("tenant_b.fq")
 	for _, n := range []events.Names{a, b} {
-		if _, err := events.Provision(ctx, js, n, events.ProvisionConfig{}); err != nil {
+		if _, err := consumer.Provision(ctx, js, n, consumer.ProvisionConfig{}); err != nil {
 			t.Fatalf("%s: %v", n.Prefix, err)
 		}
 	}

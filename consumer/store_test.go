@@ -1,4 +1,4 @@
-package events_test
+package consumer
 
 import (
 	"errors"
@@ -6,14 +6,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
 func TestStateStore(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	ctx := testCtx(t)
-	s := e.store
+	s := testStore(t)
+	ctx := t.Context()
 
 	if _, _, err := s.Get(ctx, "s1"); !errors.Is(err, events.ErrStateNotFound) {
 		t.Fatalf("Get missing: %v", err)
@@ -41,7 +43,7 @@ func TestStateStore(t *testing.T) {
 	if st, _, _ := s.Get(ctx, "s1"); st.Owner != "" {
 		t.Fatalf("failed update was written: %+v", st)
 	}
-	if st, err := s.Update(ctx, "s1", func(*events.RunState) error { return events.ErrSkipUpdate }); err != nil || st.Status != events.StatusQueued {
+	if st, err := s.Update(ctx, "s1", func(*events.RunState) error { return errSkipUpdate }); err != nil || st.Status != events.StatusQueued {
 		t.Fatalf("skip: %+v %v", st, err)
 	}
 
@@ -101,4 +103,19 @@ func TestRunStateFinished(t *testing.T) {
 			t.Errorf("%s: Finished != %v", s, want)
 		}
 	}
+}
+
+// testStore is a state store over a fresh bucket on an embedded server.
+func testStore(t *testing.T) *stateStore {
+	t.Helper()
+	_, nc := natsembed.RunTest(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Provision(t.Context(), js, events.Names{}, ProvisionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newStateStore(res.State)
 }

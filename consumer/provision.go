@@ -1,4 +1,4 @@
-package events
+package consumer
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/retry"
 )
 
@@ -113,7 +114,7 @@ func (c ProvisionConfig) withDefaults() ProvisionConfig {
 
 // ErrInvalidProvisionConfig is wrapped by the error Provision returns for
 // a bad ProvisionConfig.
-var ErrInvalidProvisionConfig = errors.New("events: invalid provision config")
+var ErrInvalidProvisionConfig = errors.New("consumer: invalid provision config")
 
 func (c ProvisionConfig) validate() error {
 	if err := c.check(); err != nil {
@@ -125,29 +126,29 @@ func (c ProvisionConfig) validate() error {
 func (c ProvisionConfig) check() error {
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("events: provision: Replicas %d must be between 1 and 5", c.Replicas)
+		return fmt.Errorf("consumer: provision: Replicas %d must be between 1 and 5", c.Replicas)
 	case c.EventsMaxAge < time.Second:
-		return fmt.Errorf("events: provision: EventsMaxAge %s must be at least 1s", c.EventsMaxAge)
+		return fmt.Errorf("consumer: provision: EventsMaxAge %s must be at least 1s", c.EventsMaxAge)
 	case c.EventsDuplicates < 100*time.Millisecond || c.EventsDuplicates > c.EventsMaxAge:
-		return fmt.Errorf("events: provision: EventsDuplicates %s must be between 100ms and EventsMaxAge (%s)", c.EventsDuplicates, c.EventsMaxAge)
+		return fmt.Errorf("consumer: provision: EventsDuplicates %s must be between 100ms and EventsMaxAge (%s)", c.EventsDuplicates, c.EventsMaxAge)
 	case c.Duplicates < DefaultDuplicates:
-		return fmt.Errorf("events: provision: Duplicates %s must be at least %s", c.Duplicates, DefaultDuplicates)
+		return fmt.Errorf("consumer: provision: Duplicates %s must be at least %s", c.Duplicates, DefaultDuplicates)
 	case c.AckWait < time.Second:
-		return fmt.Errorf("events: provision: AckWait %s must be at least 1s", c.AckWait)
+		return fmt.Errorf("consumer: provision: AckWait %s must be at least 1s", c.AckWait)
 	case c.MaxDeliver < 1:
-		return fmt.Errorf("events: provision: MaxDeliver %d must be at least 1", c.MaxDeliver)
+		return fmt.Errorf("consumer: provision: MaxDeliver %d must be at least 1", c.MaxDeliver)
 	case c.MaxAckPending < -1:
-		return fmt.Errorf("events: provision: MaxAckPending %d must be -1 (unlimited) or positive", c.MaxAckPending)
+		return fmt.Errorf("consumer: provision: MaxAckPending %d must be -1 (unlimited) or positive", c.MaxAckPending)
 	case c.StateTTL < time.Second:
-		return fmt.Errorf("events: provision: StateTTL %s must be at least 1s", c.StateTTL)
+		return fmt.Errorf("consumer: provision: StateTTL %s must be at least 1s", c.StateTTL)
 	case c.StateTTL < c.EventsMaxAge:
-		return fmt.Errorf("events: provision: StateTTL %s must be at least EventsMaxAge %s (a used run id must be recognised as long as its events exist)", c.StateTTL, c.EventsMaxAge)
+		return fmt.Errorf("consumer: provision: StateTTL %s must be at least EventsMaxAge %s (a used run id must be recognised as long as its events exist)", c.StateTTL, c.EventsMaxAge)
 	case c.DeadMaxAge < time.Second:
-		return fmt.Errorf("events: provision: DeadMaxAge %s must be at least 1s", c.DeadMaxAge)
+		return fmt.Errorf("consumer: provision: DeadMaxAge %s must be at least 1s", c.DeadMaxAge)
 	case c.EventsMaxConsumers < -1:
-		return fmt.Errorf("events: provision: EventsMaxConsumers %d must be -1 (no cap) or positive", c.EventsMaxConsumers)
+		return fmt.Errorf("consumer: provision: EventsMaxConsumers %d must be -1 (no cap) or positive", c.EventsMaxConsumers)
 	case c.EventsConsumerInactive < time.Second:
-		return fmt.Errorf("events: provision: EventsConsumerInactive %s must be at least 1s", c.EventsConsumerInactive)
+		return fmt.Errorf("consumer: provision: EventsConsumerInactive %s must be at least 1s", c.EventsConsumerInactive)
 	}
 	return nil
 }
@@ -162,7 +163,7 @@ type Resources struct {
 // RunsStreamConfig, EventsStreamConfig, DeadStreamConfig, ConsumerConfig
 // and StateBucketConfig return the exact configurations Provision applies
 // (after defaults), for inspection and for deploy tooling.
-func RunsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+func RunsStreamConfig(n events.Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.StreamConfig{
 		Name:                 n.RunsStream(),
@@ -179,7 +180,7 @@ func RunsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 }
 
 // EventsStreamConfig: see RunsStreamConfig.
-func EventsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+func EventsStreamConfig(n events.Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.StreamConfig{
 		Name:        n.EventsStream(),
@@ -199,7 +200,7 @@ func EventsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 }
 
 // DeadStreamConfig: see RunsStreamConfig.
-func DeadStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+func DeadStreamConfig(n events.Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.StreamConfig{
 		Name:        n.DeadStream(),
@@ -216,7 +217,7 @@ func DeadStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 // CancelsStreamConfig: see RunsStreamConfig. One durable cancel record per
 // run id (the first stays: DiscardNewPerSubject), kept as long as run
 // states.
-func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+func CancelsStreamConfig(n events.Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.StreamConfig{
 		Name:                 n.CancelsStream(),
@@ -240,7 +241,7 @@ func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 // the failure budget (ProvisionConfig.MaxDeliver) is kept by the workers
 // in the run's state, so that hand-offs and lease renewals never use it up
 // and the last attempt always ends the run with a terminal event.
-func ConsumerConfig(n Names, cfg ProvisionConfig) jetstream.ConsumerConfig {
+func ConsumerConfig(n events.Names, cfg ProvisionConfig) jetstream.ConsumerConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.ConsumerConfig{
 		Durable:       n.Consumer(),
@@ -256,7 +257,7 @@ func ConsumerConfig(n Names, cfg ProvisionConfig) jetstream.ConsumerConfig {
 }
 
 // StateBucketConfig: see RunsStreamConfig.
-func StateBucketConfig(n Names, cfg ProvisionConfig) jetstream.KeyValueConfig {
+func StateBucketConfig(n events.Names, cfg ProvisionConfig) jetstream.KeyValueConfig {
 	cfg = cfg.withDefaults()
 	return jetstream.KeyValueConfig{
 		Bucket:      n.Bucket(),
@@ -277,7 +278,7 @@ const provisionAttempts = 8
 // safe to run from many workers at once at start. An existing resource
 // whose configuration cannot be changed in place (e.g. the runs stream's
 // retention) makes it fail with the server's error.
-func Provision(ctx context.Context, js jetstream.JetStream, n Names, cfg ProvisionConfig) (Resources, error) {
+func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg ProvisionConfig) (Resources, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return Resources{}, err
@@ -336,7 +337,7 @@ func retryProvision[T any](ctx context.Context, what string, fn func() (T, error
 			break
 		}
 	}
-	return zero, fmt.Errorf("events: provision %s: %w", what, err)
+	return zero, fmt.Errorf("consumer: provision %s: %w", what, err)
 }
 
 func isProvisionRace(err error) bool {

@@ -1,4 +1,4 @@
-package events_test
+package consumer_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
@@ -23,7 +24,7 @@ func TestEventsStreamConsumerLimits(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	names := events.Names{}
-	res, err := events.Provision(ctx, js, names, events.ProvisionConfig{EventsMaxConsumers: 3, EventsConsumerInactive: time.Second})
+	res, err := consumer.Provision(ctx, js, names, consumer.ProvisionConfig{EventsMaxConsumers: 3, EventsConsumerInactive: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestEventsStreamConsumerLimits(t *testing.T) {
 	if _, err := res.Events.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "forever", InactiveThreshold: time.Hour}); err == nil {
 		t.Fatal("a consumer with a longer InactiveThreshold than the stream allows was created")
 	}
-	waitFor(t, 30*time.Second, "the idle durable consumer to be removed", func() bool {
+	eventually(t, 30*time.Second, "the idle durable consumer to be removed", func() bool {
 		_, err := res.Events.Consumer(ctx, "left-behind")
 		return errors.Is(err, jetstream.ErrConsumerNotFound)
 	})
@@ -70,12 +71,12 @@ func TestProvisionConsumerLimitsValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cfg := range []events.ProvisionConfig{{EventsMaxConsumers: -2}, {EventsConsumerInactive: time.Millisecond}} {
-		if _, err := events.Provision(testCtx(t), js, events.Names{}, cfg); err == nil {
+	for _, cfg := range []consumer.ProvisionConfig{{EventsMaxConsumers: -2}, {EventsConsumerInactive: time.Millisecond}} {
+		if _, err := consumer.Provision(testCtx(t), js, events.Names{}, cfg); err == nil {
 			t.Errorf("Provision(%+v) accepted", cfg)
 		}
 	}
-	if c := events.EventsStreamConfig(events.Names{}, events.ProvisionConfig{}); c.MaxConsumers != events.DefaultEventsMaxConsumers || c.ConsumerLimits.InactiveThreshold != events.DefaultEventsConsumerInactive {
+	if c := consumer.EventsStreamConfig(events.Names{}, consumer.ProvisionConfig{}); c.MaxConsumers != consumer.DefaultEventsMaxConsumers || c.ConsumerLimits.InactiveThreshold != consumer.DefaultEventsConsumerInactive {
 		t.Errorf("defaults: MaxConsumers %d, InactiveThreshold %s", c.MaxConsumers, c.ConsumerLimits.InactiveThreshold)
 	}
 }

@@ -1,0 +1,177 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/retry"
+)
+
+// The state bucket as the worker writes it: compare-and-set, so that
+// concurrent writers (workers answering cancels, owners, zombies) never
+// overwrite each other's changes; the lifecycle transitions are the
+// functions applied.
+
+// errSkipUpdate, returned by the function given to stateStore.Update or
+// Upsert, leaves the stored state as it is; the call returns the current
+// state and a nil error.
+var errSkipUpdate = errors.New("skip state update")
+
+// maxCASAttempts bounds the read-modify-write retries of Update and Upsert.
+const maxCASAttempts = 32
+
+// stateStore reads and writes RunStates in the KV bucket with
+// compare-and-set, so that concurrent writers (workers, cancel helpers)
+// never overwrite each other's changes. Safe for concurrent use.
+type stateStore struct {
+	kv  jetstream.KeyValue
+	now func() time.Time
+}
+
+// newStateStore wraps the state bucket (Resources.State, or
+// js.KeyValue(ctx, names.Bucket())).
+func newStateStore(kv jetstream.KeyValue) *stateStore {
+	return &stateStore{kv: kv, now: time.Now}
+}
+
+// Get returns the state of runID and its KV revision (events.ReadState).
+func (s *stateStore) Get(ctx context.Context, runID string) (events.RunState, uint64, error) {
+	return events.ReadState(ctx, s.kv, runID)
+}
+
+// Create stores st as a new state (st.RunID is the key). It fails with
+// events.ErrStateExists if a state is already stored. CreatedAt and UpdatedAt are
+// set to now when zero.
+func (s *stateStore) Create(ctx context.Context, st events.RunState) (uint64, error) {
+	if !events.ValidRunID(st.RunID) {
+		return 0, fmt.Errorf("consumer: create state: run id %q: %w", st.RunID, events.ErrBadRunID)
+	}
+	now := s.now().UTC()
+	if st.CreatedAt.IsZero() {
+		st.CreatedAt = now
+	}
+	if st.UpdatedAt.IsZero() {
+		st.UpdatedAt = now
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: encode state of run %s: %w", st.RunID, err)
+	}
+	rev, err := s.kv.Create(ctx, st.RunID, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("consumer: create state of run %s: %w", st.RunID, events.ErrStateExists)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("consumer: create state of run %s: %w", st.RunID, err)
+	}
+	return rev, nil
+}
+
+// Update applies fn to the stored state of runID and writes the result
+// with compare-and-set on the revision it read, retrying (re-reading and
+// re-applying fn) when another writer got there first, at most 32 times
+// (then events.ErrStateConflict). fn may run several times and must only change
+// the state it is given. If fn returns errSkipUpdate nothing is written and
+// the current state is returned; any other error from fn is returned as is.
+// A missing state gives events.ErrStateNotFound. UpdatedAt is set to now.
+func (s *stateStore) Update(ctx context.Context, runID string, fn func(*events.RunState) error) (events.RunState, error) {
+	return s.update(ctx, runID, false, func(st *events.RunState, exists bool) error {
+		if !exists {
+			return fmt.Errorf("consumer: update state of run %s: %w", runID, events.ErrStateNotFound)
+		}
+		return fn(st)
+	})
+}
+
+// Upsert is Update that also handles a missing state: fn gets exists=false
+// and a zero events.RunState with RunID set, and the result is created (with
+// compare-and-set against a concurrent create).
+func (s *stateStore) Upsert(ctx context.Context, runID string, fn func(st *events.RunState, exists bool) error) (events.RunState, error) {
+	return s.update(ctx, runID, true, fn)
+}
+
+func (s *stateStore) update(ctx context.Context, runID string, create bool, fn func(*events.RunState, bool) error) (events.RunState, error) {
+	if !events.ValidRunID(runID) {
+		return events.RunState{}, fmt.Errorf("consumer: update state: run id %q: %w", runID, events.ErrBadRunID)
+	}
+	b := retry.Backoff(time.Millisecond, 32*time.Millisecond)
+	for range maxCASAttempts {
+		cur, rev, err := s.Get(ctx, runID)
+		exists := err == nil
+		if err != nil && !errors.Is(err, events.ErrStateNotFound) {
+			return events.RunState{}, err
+		}
+		if !exists {
+			cur = events.RunState{RunID: runID}
+		}
+		next := cur
+		if err := fn(&next, exists); err != nil {
+			if errors.Is(err, errSkipUpdate) {
+				return cur, nil
+			}
+			return cur, err
+		}
+		next.RunID = runID
+		now := s.now().UTC()
+		next.UpdatedAt = now
+		if next.CreatedAt.IsZero() {
+			next.CreatedAt = now
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return cur, fmt.Errorf("consumer: encode state of run %s: %w", runID, err)
+		}
+		if exists {
+			_, err = s.kv.Update(ctx, runID, data, rev)
+		} else {
+			_, err = s.kv.Create(ctx, runID, data)
+		}
+		switch {
+		case err == nil:
+			return next, nil
+		case isCASConflict(err):
+			if !retry.Sleep(ctx, b.NextBackOff()) {
+				return cur, fmt.Errorf("consumer: update state of run %s: %w", runID, context.Cause(ctx))
+			}
+			continue
+		default:
+			return cur, fmt.Errorf("consumer: update state of run %s: %w", runID, err)
+		}
+	}
+	return events.RunState{}, fmt.Errorf("consumer: update state of run %s after %d attempts: %w", runID, maxCASAttempts, events.ErrStateConflict)
+}
+
+// isCASConflict reports a lost compare-and-set: revision mismatch, key
+// created meanwhile, or the wrong-last-sequence fence.
+func isCASConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || jserr.WrongLastSequence(err)
+}
+
+// Replace writes st over the value stored at revision rev (compare-and-set),
+// e.g. to repair a record that Get reported as events.ErrStateCorrupt. UpdatedAt is
+// set to now.
+func (s *stateStore) Replace(ctx context.Context, st events.RunState, rev uint64) error {
+	if !events.ValidRunID(st.RunID) {
+		return fmt.Errorf("consumer: replace state: run id %q: %w", st.RunID, events.ErrBadRunID)
+	}
+	now := s.now().UTC()
+	st.UpdatedAt = now
+	if st.CreatedAt.IsZero() {
+		st.CreatedAt = now
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("consumer: encode state of run %s: %w", st.RunID, err)
+	}
+	if _, err := s.kv.Update(ctx, st.RunID, data, rev); err != nil {
+		return fmt.Errorf("consumer: replace state of run %s: %w", st.RunID, err)
+	}
+	return nil
+}
