@@ -85,9 +85,9 @@ func endOf(resp *foundry.Response) (ev events.RunEvent, cancelled bool) {
 			IncompleteReason: resp.IncompleteReason, Usage: usageOf(resp.Usage)}, false
 	}
 	if resp.Error == nil {
-		return failedWith(resp.ID, "upstream_failed", false, "Foundry reported status "+resp.Status), false
+		return failedWith(resp.ID, events.CodeUpstreamFailed, false, "Foundry reported status "+resp.Status), false
 	}
-	return failedWith(resp.ID, orDefault(resp.Error.Code, "upstream_failed"), resp.Error.Retryable(), resp.Error.Message), false
+	return failedWith(resp.ID, orDefault(resp.Error.Code, events.CodeUpstreamFailed), resp.Error.Retryable(), resp.Error.Message), false
 }
 
 func failedWith(responseID, code string, retryable bool, message string) events.RunEvent {

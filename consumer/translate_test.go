@@ -111,7 +111,7 @@ func TestEndOf(t *testing.T) {
 		{"function call", foundry.Response{ID: "r", Status: foundry.StatusCompleted, Output: []foundry.OutputItem{fcall}}, false, events.TypeRunFailed, events.CodeFunctionCallUnsupported, false},
 		{"transient failure", foundry.Response{ID: "r", Status: foundry.StatusFailed, Error: &foundry.ResponseError{Code: "rate_limit_exceeded", Message: "slow down"}}, false, events.TypeRunFailed, "rate_limit_exceeded", true},
 		{"permanent failure", foundry.Response{ID: "r", Status: foundry.StatusFailed, Error: &foundry.ResponseError{Code: "invalid_prompt"}}, false, events.TypeRunFailed, "invalid_prompt", false},
-		{"failure without error", foundry.Response{ID: "r", Status: foundry.StatusFailed}, false, events.TypeRunFailed, "upstream_failed", false},
+		{"failure without error", foundry.Response{ID: "r", Status: foundry.StatusFailed}, false, events.TypeRunFailed, events.CodeUpstreamFailed, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

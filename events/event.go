@@ -49,6 +49,7 @@ const (
 const (
 	CodeInvalidRequest = "invalid_request" // the request broke a validation rule; error.message names the field
 	CodeUpstreamError  = "upstream_error"  // Foundry refused the create (an HTTP 4xx), or a call failed for good
+	CodeUpstreamFailed = "upstream_failed" // Foundry reported the response failed, without a code of its own
 	CodeAuthError      = "auth_error"      // no token could be had for Foundry, or Foundry refused it (401/403)
 	// CodeUpstreamLost: a create may have started a response whose id never
 	// arrived; it is not created again. The message names metadata.run_id.
