@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
@@ -32,18 +33,19 @@ const maxCASAttempts = 32
 // never overwrite each other's changes. Safe for concurrent use.
 type stateStore struct {
 	kv  jetstream.KeyValue
+	nc  *nats.Conn // reads go to the bucket's stream leader (events.ReadState)
 	now func() time.Time
 }
 
 // newStateStore wraps the state bucket (Resources.State, or
 // js.KeyValue(ctx, names.Bucket())).
-func newStateStore(kv jetstream.KeyValue) *stateStore {
-	return &stateStore{kv: kv, now: time.Now}
+func newStateStore(kv jetstream.KeyValue, nc *nats.Conn) *stateStore {
+	return &stateStore{kv: kv, nc: nc, now: time.Now}
 }
 
 // Get returns the state of runID and its KV revision (events.ReadState).
 func (s *stateStore) Get(ctx context.Context, runID string) (events.RunState, uint64, error) {
-	return events.ReadState(ctx, s.kv, runID)
+	return events.ReadState(ctx, s.nc, s.kv.Bucket(), runID)
 }
 
 // Create stores st as a new state (st.RunID is the key). It fails with

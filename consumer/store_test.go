@@ -117,5 +117,5 @@ func testStore(t *testing.T) *stateStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newStateStore(res.State)
+	return newStateStore(res.State, nc)
 }

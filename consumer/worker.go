@@ -127,7 +127,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.res = res
-	w.states = newStateStore(res.State)
+	w.states = newStateStore(res.State, w.nc)
 	pubConn := w.cfg.PublishConn
 	if pubConn == nil {
 		if pubConn, err = w.nc.Opts.Connect(); err != nil {

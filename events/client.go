@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,8 +54,6 @@ type Client struct {
 	names Names
 	cfg   ClientConfig
 
-	mu    sync.Mutex
-	state jetstream.KeyValue // the state bucket, looked up on first use
 }
 
 // NewClient returns a Client on nc.
@@ -81,21 +78,6 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 
 // Names returns the subject and stream names the client uses.
 func (c *Client) Names() Names { return c.names }
-
-// bucket returns the state bucket, looking it up on first use.
-func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != nil {
-		return c.state, nil
-	}
-	kv, err := c.js.KeyValue(ctx, c.names.Bucket())
-	if err != nil {
-		return nil, fmt.Errorf("events: open state bucket %s (has a worker provisioned it?): %w", c.names.Bucket(), err)
-	}
-	c.state = kv
-	return kv, nil
-}
 
 // SubmitResult says what became of a submitted run request.
 type SubmitResult struct {
@@ -241,9 +223,5 @@ func (c *Client) noWorkerReply(ctx context.Context, runID string) CancelReply {
 // wrapping ErrStateNotFound if there is none (the run is unknown, or still
 // queued), ErrStateCorrupt if it cannot be read.
 func (c *Client) State(ctx context.Context, runID string) (RunState, uint64, error) {
-	kv, err := c.bucket(ctx)
-	if err != nil {
-		return RunState{}, 0, err
-	}
-	return getState(ctx, kv, runID)
+	return ReadState(ctx, c.nc, c.names.Bucket(), runID)
 }

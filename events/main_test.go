@@ -45,7 +45,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{nc: nc, js: js, names: names, res: res, client: c, store: testStore{res.State}}
+	return &env{nc: nc, js: js, names: names, res: res, client: c, store: testStore{res.State, nc}}
 }
 
 // testCtx is a context that ends with the test or after 20s.
@@ -74,10 +74,13 @@ func validRequest(runID string) events.RunRequest {
 
 // testStore reads and writes state records as a worker would, for tests
 // that need a record in a given state.
-type testStore struct{ kv jetstream.KeyValue }
+type testStore struct {
+	kv jetstream.KeyValue
+	nc *nats.Conn
+}
 
 func (s testStore) Get(ctx context.Context, runID string) (events.RunState, uint64, error) {
-	return events.ReadState(ctx, s.kv, runID)
+	return events.ReadState(ctx, s.nc, s.kv.Bucket(), runID)
 }
 
 func (s testStore) Create(ctx context.Context, st events.RunState) (uint64, error) {

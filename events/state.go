@@ -3,10 +3,10 @@ package events
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -74,29 +74,56 @@ type RunState struct {
 // Finished reports whether the run has ended.
 func (s RunState) Finished() bool { return s.Status.Finished() }
 
-// getState reads the state record of runID from the bucket, with its
-// revision: ErrStateNotFound if there is none, ErrStateCorrupt (and the
-// revision) if it is not a RunState.
-func getState(ctx context.Context, kv jetstream.KeyValue, runID string) (RunState, uint64, error) {
+// ReadState reads the state record of runID from the state bucket named
+// bucket, with its revision: an error wrapping ErrStateNotFound if there is
+// none, ErrStateCorrupt (and the revision) if it is not a RunState.
+//
+// It asks the bucket's stream leader (a message get, not a direct get): on
+// a replicated bucket any replica answers a direct get and a follower may
+// not have applied the latest write, while the workers' compare-and-set
+// decisions and a client that has just seen a run's terminal event must
+// read the record as last written.
+func ReadState(ctx context.Context, nc *nats.Conn, bucket, runID string) (RunState, uint64, error) {
 	if !ValidRunID(runID) {
 		return RunState{}, 0, fmt.Errorf("events: get state: run id %q: %w", runID, ErrBadRunID)
 	}
-	e, err := kv.Get(ctx, runID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, ErrStateNotFound)
-	}
+	req, _ := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{"$KV." + bucket + "." + runID})
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {
 		return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, err)
 	}
-	var st RunState
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return RunState{}, e.Revision(), fmt.Errorf("events: decode state of run %s (revision %d): %w: %v", runID, e.Revision(), ErrStateCorrupt, err)
+	var resp struct {
+		Message *struct {
+			Seq    uint64 `json:"seq"`
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
 	}
-	return st, e.Revision(), nil
-}
-
-// ReadState reads the state record of runID from the state bucket kv (see
-// Client.State). Workers and tools that hold the bucket use it.
-func ReadState(ctx context.Context, kv jetstream.KeyValue, runID string) (RunState, uint64, error) {
-	return getState(ctx, kv, runID)
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, ErrStateNotFound)
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound:
+		return RunState{}, 0, fmt.Errorf("events: open state bucket %s (has a worker provisioned it?): %w", bucket, resp.Error)
+	case resp.Error != nil:
+		return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, resp.Error)
+	case resp.Message == nil:
+		return RunState{}, 0, fmt.Errorf("events: get state of run %s: empty answer", runID)
+	}
+	m := resp.Message
+	if len(m.Header) > 0 {
+		if h, err := nats.DecodeHeadersMsg(m.Header); err == nil && h.Get("KV-Operation") != "" {
+			return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, ErrStateNotFound) // deleted or purged
+		}
+	}
+	var st RunState
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		return RunState{}, m.Seq, fmt.Errorf("events: decode state of run %s (revision %d): %w: %v", runID, m.Seq, ErrStateCorrupt, err)
+	}
+	return st, m.Seq, nil
 }
