@@ -53,7 +53,6 @@ type Client struct {
 	js    jetstream.JetStream
 	names Names
 	cfg   ClientConfig
-
 }
 
 // NewClient returns a Client on nc.
