@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/foundryq/foundryq/consumer"
@@ -71,16 +72,17 @@ func setup(t *testing.T, workers int) *env {
 // startWorker runs a worker on connections of its own until the test ends.
 func (e *env) startWorker(cfg consumer.Config) {
 	e.t.Helper()
-	startWorkerOn(e.t, e.ns, e.up, cfg)
+	startWorkerOn(e.t, func() (*nats.Conn, error) { return e.ns.Connect() }, e.up, cfg)
 }
 
-func startWorkerOn(t *testing.T, ns *natsembed.Server, up *foundry.Client, cfg consumer.Config, opts ...nats.Option) {
+// startWorkerOn runs a worker on two connections made by connect.
+func startWorkerOn(t *testing.T, connect func() (*nats.Conn, error), up *foundry.Client, cfg consumer.Config) {
 	t.Helper()
-	nc, err := ns.Connect(opts...)
+	nc, err := connect()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := ns.Connect(opts...)
+	pub, err := connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,3 +463,23 @@ func checkContiguous(t *testing.T, evs []events.RunEvent, from uint64) {
 }
 
 func consumerConfig() consumer.Config { return consumer.Config{} }
+
+func jsonDecoder(r io.Reader) *json.Decoder { return json.NewDecoder(r) }
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
