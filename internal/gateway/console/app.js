@@ -32,7 +32,7 @@ async function api(method, path, body) {
 
 function showAuth(needed) {
   $("#auth").hidden = !needed;
-  $("#conn").textContent = needed ? "a token is needed" : "";
+  $("#conn").textContent = needed ? "a token is needed" : (state.token ? "signed in with a token" : "no authentication (development)");
 }
 
 // ---- run list ----
