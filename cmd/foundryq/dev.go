@@ -25,6 +25,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emuAddr := f.String("emulator-addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "address of the Foundry emulator (not started when FOUNDRY_ENDPOINT is set)")
 	workers := f.Int("workers", "FOUNDRYQ_DEV_WORKERS", 1, "in-process workers to run (0: none)")
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics and /healthz (empty: off)")
+	gatewayAddr := f.String("gateway-addr", "FOUNDRYQ_DEV_GATEWAY_ADDR", "127.0.0.1:8080", "address of the HTTP gateway and web console, open without authentication (empty: off)")
 	ef := addEmulatorFlags(f, 25*time.Millisecond)
 	wf := addWorkerFlags(f, true) // with --foundry-endpoint set, dev uses it instead of the emulator
 	lf := addLogFlags(f, "console")
@@ -91,6 +92,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("dev: %w", err)
 		}
 	}
+	var gatewayBanner string
+	if *gatewayAddr != "" {
+		if gatewayBanner, err = startDevGateway(gctx, g, *gatewayAddr, ns, log.With().Str("component", "gateway").Logger()); err != nil {
+			return err
+		}
+	}
 	for i := range *workers {
 		wlog := log.With().Str("component", "worker").Logger()
 		cfg := wf.config("", &wlog)
@@ -116,6 +123,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "  Foundry:  %s\n", base)
 	}
 	fmt.Fprintf(stdout, "  Workers:  %d\n", *workers)
+	fmt.Fprint(stdout, gatewayBanner)
 	if *httpAddr != "" {
 		fmt.Fprintf(stdout, "  Metrics:  http://%s/metrics\n", *httpAddr)
 	}
