@@ -21,16 +21,24 @@ import (
 // a/pa and b/pb), each with JetStream: the tenant boundary.
 func startAccountsServer(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`
-listen: "127.0.0.1:-1"
-jetstream { store_dir: %q }
+	return startNATSConf(t, `
 accounts {
   A { jetstream: enabled, users: [ { user: a, password: pa } ] }
   B { jetstream: enabled, users: [ { user: b, password: pb } ] }
+}`, "")
 }
-`, filepath.Join(dir, "js"))), 0o600); err != nil {
+
+// startNATSConf runs a NATS server on a loopback port from a configuration
+// (jsLimits goes in jetstream { limits { ... } }) and returns its URL.
+func startNATSConf(t testing.TB, body, jsLimits string) string {
+	t.Helper()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	if jsLimits != "" {
+		jsLimits = "limits { " + jsLimits + " }"
+	}
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q\n%s }\n%s\n",
+		filepath.Join(dir, "js"), jsLimits, body)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opts, err := server.ProcessConfigFile(conf)

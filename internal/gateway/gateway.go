@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -38,6 +39,8 @@ type Gateway struct {
 	// (http.Server.Shutdown does not end running handlers).
 	streams    context.Context
 	endStreams context.CancelFunc
+
+	liveBuffer int // see defaultLiveBuffer; tests make it small
 }
 
 // tenant is a tenant at run time: its connection and clients.
@@ -56,7 +59,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, log: *cfg.Logger, byDigest: map[string]*tenant{}, ready: make(chan struct{})}
+	g := &Gateway{cfg: cfg, log: *cfg.Logger, byDigest: map[string]*tenant{}, ready: make(chan struct{}), liveBuffer: defaultLiveBuffer}
 	g.streams, g.endStreams = context.WithCancel(context.Background())
 	for _, tc := range cfg.Tenants {
 		names, _ := events.NewNames(tc.Prefix) // checked by validate
@@ -105,7 +108,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          nil,
+		ErrorLog:          log.New(zerologWriter{g.log}, "", 0),
 	}
 	if g.cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(g.cfg.TLSCertFile, g.cfg.TLSKeyFile)
@@ -259,6 +262,15 @@ func (g *Gateway) health(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "tenants": len(g.tenants)})
+}
+
+// zerologWriter takes the HTTP server's own log lines (TLS handshake
+// errors, ...) at debug level.
+type zerologWriter struct{ l zerolog.Logger }
+
+func (z zerologWriter) Write(p []byte) (int, error) {
+	z.l.Debug().Str("component", "http").Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // redactURL hides the passwords of a comma-separated list of URLs, for

@@ -145,6 +145,27 @@ func startGateway(t *testing.T, cfg gateway.Config, hc *http.Client) *gw {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		hc = &http.Client{Transport: tr}
+	}
+	scheme := "http://"
+	if cfg.TLSCertFile != "" {
+		scheme = "https://"
+	}
+	return runGatewayWith(t, g, scheme, hc)
+}
+
+// runGateway runs g until the test ends, with a plain HTTP client.
+func runGateway(t *testing.T, g *gateway.Gateway, scheme string) *gw {
+	t.Helper()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return runGatewayWith(t, g, scheme, &http.Client{Transport: tr})
+}
+
+func runGatewayWith(t *testing.T, g *gateway.Gateway, scheme string, hc *http.Client) *gw {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
@@ -156,15 +177,6 @@ func startGateway(t *testing.T, cfg gateway.Config, hc *http.Client) *gw {
 	case <-time.After(20 * time.Second):
 		cancel()
 		t.Fatal("gateway not ready after 20s")
-	}
-	if hc == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 64
-		hc = &http.Client{Transport: tr}
-	}
-	scheme := "http://"
-	if cfg.TLSCertFile != "" {
-		scheme = "https://"
 	}
 	var once sync.Once
 	stop := func() {

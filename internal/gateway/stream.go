@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -60,53 +58,25 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	stop := context.AfterFunc(g.streams, cancel) // the gateway shuts down
 	defer stop()
-	watch := t.client.Watch(ctx, id, events.WatchOptions{NoHeartbeat: !heartbeats})
-	defer watch.Close()
+	f := &follower{g: g, t: t, id: id, next: after + 1, end: st.End, heartbeats: heartbeats}
+	if err := f.start(ctx); err != nil {
+		writeError(w, err)
+		return
+	}
+	defer f.close()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: g.cfg.WriteTimeout}
-	if err := sw.comment("foundryq run " + id); err != nil {
+	f.sw = &sseWriter{w: w, rc: http.NewResponseController(w), timeout: g.cfg.WriteTimeout}
+	if err := f.sw.comment("foundryq run " + id); err != nil {
 		return
 	}
-	for {
-		nctx, ncancel := context.WithTimeout(ctx, g.cfg.SSEHeartbeat)
-		ev, err := watch.Next(nctx)
-		ncancel()
-		switch {
-		case err == nil:
-		case errors.Is(err, io.EOF):
-			return
-		case ctx.Err() != nil:
-			return // the client went away, or the gateway shuts down
-		case errors.Is(err, context.DeadlineExceeded):
-			if sw.comment("keepalive") != nil {
-				return
-			}
-			continue
-		case errors.Is(err, events.ErrSeqGap), errors.Is(err, events.ErrBadEvent):
-			if sw.comment(oneLine(err.Error())) != nil {
-				return
-			}
-			continue
-		case errors.Is(err, events.ErrEventsUnavailable) && st.End != nil:
-			// The events have expired; the state record still has the end.
-			_ = sw.event(*st.End)
-			return
-		default:
-			g.log.Warn().Err(err).Str("run_id", id).Str("tenant", t.cfg.Name).Msg("event stream ended by an error")
-			_ = sw.errorEvent(err)
-			return
-		}
-		if ev.Seq <= after {
-			continue
-		}
-		if sw.event(ev) != nil {
-			return
-		}
+	if err := f.run(ctx); err != nil && ctx.Err() == nil {
+		g.log.Warn().Err(err).Str("run_id", id).Str("tenant", t.cfg.Name).Msg("event stream ended by an error")
+		_ = f.sw.errorEvent(err)
 	}
 }
 

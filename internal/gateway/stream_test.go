@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/gateway"
 )
@@ -257,4 +260,93 @@ func TestShutdownEndsStreams(t *testing.T) {
 
 func jsonUnmarshal(s string, v any) error {
 	return jsonDecoder(strings.NewReader(s)).Decode(v)
+}
+
+// NATS limits consumers per stream (1000 by default). Event streams use
+// none: with every consumer taken (by two NATS watches), streams still
+// follow, from the start and resumed.
+func TestEventStreamNeedsNoConsumer(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	url := startNATSConf(t, "", "default_max_consumers: 2")
+	connect := func() (*nats.Conn, error) { return nats.Connect(url) }
+	nc, err := connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := events.Provision(t.Context(), mustJS(t, nc), events.Names{}, events.ProvisionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	startWorkerOn(t, connect, e.up, consumerConfig())
+	g := startGateway(t, gateway.Config{NoAuth: true, Tenants: []gateway.Tenant{{Name: "dev", NATSURL: url}}}, nil)
+	cr := g.create(t, runRequest(map[string]string{"emu_tokens": "100000", "emu_token_ms": "20"}))
+	path := "/v1/runs/" + cr.RunID + "/events"
+	client, err := events.NewClient(nc, events.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		w := client.Watch(t.Context(), cr.RunID, events.WatchOptions{NoHeartbeat: true})
+		t.Cleanup(func() { w.Close() })
+		if _, err := w.Next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var streams []*sse
+	for i := range 6 {
+		var s *sse
+		if i%2 == 0 {
+			s = g.stream(t, path)
+		} else {
+			s = g.stream(t, path, "Last-Event-ID", "2")
+		}
+		ev, _, err := s.nextEvent(t)
+		if want := uint64(1 + 2*(i%2)); err != nil || ev.Seq != want {
+			t.Fatalf("stream %d: first event %+v, %v; want seq %d", i, ev, err, want)
+		}
+		streams = append(streams, s)
+	}
+	if r := g.do(t, "POST", "/v1/runs/"+cr.RunID+"/cancel", nil); r.status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	var endSeq uint64
+	for i, s := range streams {
+		evs := s.readAll(t)
+		checkContiguous(t, evs, evs[0].Seq)
+		end := evs[len(evs)-1]
+		if end.Type != events.TypeRunCancelled || (endSeq != 0 && end.Seq != endSeq) {
+			t.Fatalf("stream %d ended %+v (others at seq %d)", i, end, endSeq)
+		}
+		endSeq = end.Seq
+	}
+}
+
+// Core NATS drops live events a slow client cannot take (here: a buffer of
+// one, and a client that reads nothing until the run has ended, so that the
+// gateway's writes block); the stream fills every gap from the events
+// stream, in order.
+func TestEventStreamFillsGaps(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	e.startWorker(consumer.Config{EventInterval: -time.Millisecond}) // every delta its own event
+	nc, err := e.ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	g, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", NoAuth: true, Tenants: []gateway.Tenant{{Name: "dev", Conn: nc}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateway.SetLiveBuffer(g, 1)
+	gw := runGateway(t, g, "http://")
+	cr := gw.create(t, runRequest(map[string]string{"emu_tokens": "20000", "emu_token_ms": "0"}))
+	s := gw.stream(t, "/v1/runs/"+cr.RunID+"/events")
+	want := e.watchAll(cr.RunID)
+	got := s.readAll(t)
+	checkContiguous(t, got, 1)
+	if len(got) != len(want) || text(got) != text(want) {
+		t.Fatalf("%d events over SSE, %d over NATS", len(got), len(want))
+	}
 }

@@ -1,0 +1,301 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/gateway"
+)
+
+// BenchmarkGatewayAddedLatency runs many runs streaming 20 tokens/s each
+// (emu_token_ms=50), every run followed by one SSE client through the
+// gateway and one NATS watcher (events.Client.Watch), all in this process
+// with an embedded nats-server (file storage, loopback TCP, the per-stream
+// consumer limit lifted: 2,000 watchers are 2,000 consumers), the emulator
+// and two workers. For
+// every event both saw, it takes the SSE client's arrival time minus the
+// NATS watcher's: the latency the gateway adds. It reports the p50, p99 and
+// max of that difference over the events published after both watchers
+// were attached.
+//
+//	go test -run '^$' -bench GatewayAddedLatency -benchtime 1x ./internal/gateway/
+//
+// FOUNDRYQ_GATEWAY_BENCH_RUNS (default 1000) and FOUNDRYQ_GATEWAY_BENCH_TOKENS
+// (default 100, i.e. 5 s per run) change the load.
+func BenchmarkGatewayAddedLatency(b *testing.B) {
+	runs := envInt(b, "FOUNDRYQ_GATEWAY_BENCH_RUNS", 1000)
+	tokens := envInt(b, "FOUNDRYQ_GATEWAY_BENCH_TOKENS", 100)
+	for range b.N {
+		res := measureAddedLatency(b, runs, tokens)
+		b.ReportMetric(res.p50, "p50-added-ms")
+		b.ReportMetric(res.p99, "p99-added-ms")
+		b.ReportMetric(res.max, "max-added-ms")
+		b.ReportMetric(float64(res.samples), "events")
+		b.Logf("%d runs x %d tokens at 20 tokens/s: %d events compared; gateway added p50 %.2f ms, p99 %.2f ms, max %.2f ms (NATS watcher: first event to last %s)",
+			runs, tokens, res.samples, res.p50, res.p99, res.max, res.span.Round(time.Millisecond))
+	}
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+type latencyResult struct {
+	p50, p99, max float64 // ms
+	samples       int
+	span          time.Duration
+}
+
+// arrivals records when each event of a run reached one watcher.
+type arrivals struct {
+	attached time.Time
+	at       []time.Time // index seq
+	times    []time.Time // the events' own Time, index seq
+	ended    bool
+}
+
+func (a *arrivals) record(seq uint64, now, evTime time.Time) {
+	for uint64(len(a.at)) <= seq {
+		a.at = append(a.at, time.Time{})
+		a.times = append(a.times, time.Time{})
+	}
+	a.at[seq], a.times[seq] = now, evTime
+}
+
+func measureAddedLatency(tb testing.TB, runs, tokens int) latencyResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// Each watcher, SSE or NATS, is a consumer on the events stream: lift
+	// nats-server's default limit of 1000 consumers per stream.
+	url := startNATSConf(tb, "", "default_max_consumers: -1")
+	emu := foundrytest.NewServer(foundrytest.Config{})
+	defer emu.Close()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = runs + 16
+	up, err := foundry.New(foundry.Config{BaseURL: emu.BaseURL(), APIKey: "bench", HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer up.CloseIdleConnections()
+
+	var conns []*nats.Conn
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		conns = append(conns, nc)
+		return nc
+	}
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	client, err := events.NewClient(connect(), events.ClientConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := events.Provision(ctx, client.JetStream(), client.Names(), events.ProvisionConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", NoAuth: true, Tenants: []gateway.Tenant{{Name: "bench", Conn: connect()}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gctx, stopGateway := context.WithCancel(ctx)
+	gdone := make(chan error, 1)
+	go func() { gdone <- gw.Run(gctx) }()
+	defer func() {
+		stopGateway()
+		if err := <-gdone; err != nil {
+			tb.Errorf("gateway: %v", err)
+		}
+	}()
+	<-gw.Ready()
+	base := "http://" + gw.Addr()
+
+	// The runs are queued before any worker runs, every watcher attaches
+	// (the SSE clients find the runs queued), and only then do the workers
+	// start: every event is published to two attached watchers.
+	ids := make([]string, runs)
+	md := map[string]string{"emu_tokens": strconv.Itoa(tokens), "emu_token_ms": "50"}
+	for i := range ids {
+		ids[i] = events.NewRunID()
+		if _, err := client.Submit(ctx, events.RunRequest{RunID: ids[i], Model: "bench", Input: json.RawMessage(`"go"`), Metadata: md}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	watcher, err := events.NewClient(connect(), events.ClientConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	htr := http.DefaultTransport.(*http.Transport).Clone()
+	htr.MaxIdleConnsPerHost = runs + 16
+	hc := &http.Client{Transport: htr}
+	defer hc.CloseIdleConnections()
+
+	viaNATS := make([]arrivals, runs)
+	viaSSE := make([]arrivals, runs)
+	var g errgroup.Group
+	var attached sync.WaitGroup
+	attached.Add(2 * runs)
+	for i, id := range ids {
+		g.Go(func() error { return watchNATS(ctx, watcher, id, &viaNATS[i], attached.Done) })
+		g.Go(func() error { return watchSSE(ctx, hc, base, id, &viaSSE[i], attached.Done) })
+	}
+	attachStart := time.Now()
+	attached.Wait()
+	tb.Logf("%d watchers attached in %s", 2*runs, time.Since(attachStart).Round(time.Millisecond))
+	wctx, stopWorkers := context.WithCancel(ctx)
+	wg, wgctx := errgroup.WithContext(wctx)
+	defer func() { stopWorkers(); _ = wg.Wait() }()
+	for i := range 2 {
+		w, err := consumer.New(connect(), up, consumer.Config{
+			WorkerID: fmt.Sprintf("bench-%d", i+1), Concurrency: runs/2 + 16, PublishConn: connect(), CancelAuditDelay: -1,
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		wg.Go(func() error { return w.Run(wgctx) })
+	}
+	if err := g.Wait(); err != nil {
+		tb.Fatal(err)
+	}
+
+	var diffs []float64
+	var first, last time.Time
+	for i := range ids {
+		n, s := &viaNATS[i], &viaSSE[i]
+		if !n.ended || !s.ended || len(n.at) != len(s.at) {
+			tb.Fatalf("run %s: NATS saw %d events (ended %v), SSE %d (ended %v)", ids[i], len(n.at)-1, n.ended, len(s.at)-1, s.ended)
+		}
+		since := n.attached
+		if s.attached.After(since) {
+			since = s.attached
+		}
+		for seq := 1; seq < len(n.at); seq++ {
+			if n.times[seq].Before(since) {
+				continue
+			}
+			diffs = append(diffs, float64(s.at[seq].Sub(n.at[seq]))/float64(time.Millisecond))
+			if first.IsZero() || n.at[seq].Before(first) {
+				first = n.at[seq]
+			}
+			if n.at[seq].After(last) {
+				last = n.at[seq]
+			}
+		}
+	}
+	if len(diffs) == 0 {
+		tb.Fatal("no event was seen by both watchers after they attached")
+	}
+	slices.Sort(diffs)
+	q := func(p float64) float64 { return diffs[min(len(diffs)-1, int(p*float64(len(diffs))))] }
+	return latencyResult{p50: q(0.50), p99: q(0.99), max: diffs[len(diffs)-1], samples: len(diffs), span: last.Sub(first)}
+}
+
+func watchNATS(ctx context.Context, c *events.Client, id string, a *arrivals, attached func()) error {
+	a.attached = time.Now()
+	w := c.Watch(ctx, id, events.WatchOptions{NoHeartbeat: true})
+	defer w.Close()
+	attached()
+	for {
+		ev, err := w.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			a.ended = true
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", id, err)
+		}
+		a.record(ev.Seq, time.Now(), ev.Time)
+	}
+}
+
+var sseBufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+
+func watchSSE(ctx context.Context, hc *http.Client, base, id string, a *arrivals, attached func()) error {
+	a.attached = time.Now()
+	once := sync.OnceFunc(attached)
+	defer once() // an error before the headers must not block the wait
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/runs/"+id+"/events", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("stream %s: HTTP %d", id, resp.StatusCode)
+	}
+	once() // the gateway sends the headers once its watch has started
+	rd := sseBufs.Get().(*bufio.Reader)
+	rd.Reset(resp.Body)
+	defer sseBufs.Put(rd)
+	var seq uint64
+	var evTime time.Time
+	var typ string
+	for {
+		line, err := rd.ReadSlice('\n')
+		if errors.Is(err, io.EOF) {
+			if !a.ended {
+				return fmt.Errorf("stream %s: ended without a terminal event", id)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", id, err)
+		}
+		s := strings.TrimRight(string(line), "\n")
+		switch {
+		case s == "":
+			if seq > 0 {
+				a.record(seq, time.Now(), evTime)
+				if events.EventType(typ).Terminal() {
+					a.ended = true
+				}
+				seq = 0
+			}
+		case strings.HasPrefix(s, "id: "):
+			seq, _ = strconv.ParseUint(s[4:], 10, 64)
+		case strings.HasPrefix(s, "event: "):
+			typ = s[7:]
+		case strings.HasPrefix(s, "data: "):
+			var ev struct {
+				Time time.Time `json:"time"`
+			}
+			_ = json.Unmarshal([]byte(s[6:]), &ev)
+			evTime = ev.Time
+		}
+	}
+}

@@ -1,0 +1,5 @@
+package gateway
+
+// SetLiveBuffer sets how many live events may wait for a client before core
+// NATS drops them (tests of the gap repair). Call before Run.
+func SetLiveBuffer(g *Gateway, n int) { g.liveBuffer = n }
