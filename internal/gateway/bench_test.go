@@ -28,7 +28,7 @@ import (
 
 // BenchmarkGatewayAddedLatency runs many runs streaming 20 tokens/s each
 // (emu_token_ms=50), every run followed by one SSE client through the
-// gateway and one NATS watcher (events.Client.Watch), all in this process
+// gateway and one NATS watcher, all in this process
 // with an embedded nats-server (file storage, loopback TCP, the per-stream
 // consumer limit lifted: 2,000 watchers are 2,000 consumers), the emulator
 // and two workers. For
@@ -40,12 +40,24 @@ import (
 //	go test -run '^$' -bench GatewayAddedLatency -benchtime 1x ./internal/gateway/
 //
 // FOUNDRYQ_GATEWAY_BENCH_RUNS (default 1000) and FOUNDRYQ_GATEWAY_BENCH_TOKENS
-// (default 100, i.e. 5 s per run) change the load.
+// (default 100, i.e. 5 s per run) change the load. The NATS watcher is, by
+// default, a core NATS subscription on the run's event subject (what `nats
+// sub foundryq.events.<run_id>` sees, and what the gateway itself follows);
+// FOUNDRYQ_GATEWAY_BENCH_WATCHER=watch makes it an events.Client.Watch (an
+// ordered JetStream consumer per run, as `foundryq watch` uses).
 func BenchmarkGatewayAddedLatency(b *testing.B) {
 	runs := envInt(b, "FOUNDRYQ_GATEWAY_BENCH_RUNS", 1000)
 	tokens := envInt(b, "FOUNDRYQ_GATEWAY_BENCH_TOKENS", 100)
+	useWatch := false
+	switch v := os.Getenv("FOUNDRYQ_GATEWAY_BENCH_WATCHER"); v {
+	case "", "core":
+	case "watch":
+		useWatch = true
+	default:
+		b.Fatalf("FOUNDRYQ_GATEWAY_BENCH_WATCHER=%q: want core or watch", v)
+	}
 	for range b.N {
-		res := measureAddedLatency(b, runs, tokens)
+		res := measureAddedLatency(b, runs, tokens, useWatch)
 		b.ReportMetric(res.p50, "p50-added-ms")
 		b.ReportMetric(res.p99, "p99-added-ms")
 		b.ReportMetric(res.max, "max-added-ms")
@@ -89,7 +101,7 @@ func (a *arrivals) record(seq uint64, now, evTime time.Time) {
 	a.at[seq], a.times[seq] = now, evTime
 }
 
-func measureAddedLatency(tb testing.TB, runs, tokens int) latencyResult {
+func measureAddedLatency(tb testing.TB, runs, tokens int, useWatch bool) latencyResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// Each watcher, SSE or NATS, is a consumer on the events stream: lift
@@ -153,7 +165,8 @@ func measureAddedLatency(tb testing.TB, runs, tokens int) latencyResult {
 			tb.Fatal(err)
 		}
 	}
-	watcher, err := events.NewClient(connect(), events.ClientConfig{})
+	watchConn := connect()
+	watcher, err := events.NewClient(watchConn, events.ClientConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -168,7 +181,11 @@ func measureAddedLatency(tb testing.TB, runs, tokens int) latencyResult {
 	var attached sync.WaitGroup
 	attached.Add(2 * runs)
 	for i, id := range ids {
-		g.Go(func() error { return watchNATS(ctx, watcher, id, &viaNATS[i], attached.Done) })
+		if useWatch {
+			g.Go(func() error { return watchNATS(ctx, watcher, id, &viaNATS[i], attached.Done) })
+		} else {
+			g.Go(func() error { return subscribeNATS(ctx, watchConn, watcher.Names(), id, &viaNATS[i], attached.Done) })
+		}
 		g.Go(func() error { return watchSSE(ctx, hc, base, id, &viaSSE[i], attached.Done) })
 	}
 	attachStart := time.Now()
@@ -220,6 +237,44 @@ func measureAddedLatency(tb testing.TB, runs, tokens int) latencyResult {
 	slices.Sort(diffs)
 	q := func(p float64) float64 { return diffs[min(len(diffs)-1, int(p*float64(len(diffs))))] }
 	return latencyResult{p50: q(0.50), p99: q(0.99), max: diffs[len(diffs)-1], samples: len(diffs), span: last.Sub(first)}
+}
+
+// subscribeNATS follows a run with a core NATS subscription on its event
+// subject, until the terminal event.
+func subscribeNATS(ctx context.Context, nc *nats.Conn, names events.Names, id string, a *arrivals, attached func()) error {
+	a.attached = time.Now()
+	ch := make(chan *nats.Msg, 4096)
+	sub, err := nc.ChanSubscribe(names.EventSubject(id), ch)
+	if err != nil {
+		attached()
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.FlushWithContext(ctx); err != nil { // the server has the interest
+		attached()
+		return err
+	}
+	attached()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("subscription of %s: %w", id, ctx.Err())
+		case msg := <-ch:
+			now := time.Now()
+			ev, err := events.DecodeRunEvent(msg.Data)
+			if err != nil {
+				return err
+			}
+			if uint64(len(a.at)) > ev.Seq && !a.at[ev.Seq].IsZero() {
+				continue // a repeated publish
+			}
+			a.record(ev.Seq, now, ev.Time)
+			if ev.Type.Terminal() {
+				a.ended = true
+				return nil
+			}
+		}
+	}
 }
 
 func watchNATS(ctx context.Context, c *events.Client, id string, a *arrivals, attached func()) error {

@@ -26,7 +26,9 @@ import (
 //     with direct gets (next message of the subject after a stream
 //     sequence; a binary search finds where to start when resuming);
 //  3. follows the subscription, dropping what it has written, and fills a
-//     gap (a message core NATS dropped for a slow client) from the stream.
+//     gap (a message core NATS dropped for a slow client, or one published
+//     while the connection was reconnecting) from the stream: when a later
+//     event shows it, or after SSEHeartbeat of silence.
 //
 // Events carry contiguous seqs, so order and completeness are checked on
 // every event. Watcher heartbeats (cancel_on_disconnect) are published by
@@ -63,12 +65,15 @@ const defaultLiveBuffer = 1024
 // written, so they are answered with an error object.
 func (f *follower) start(ctx context.Context) error {
 	f.subject = f.t.names.EventSubject(f.id)
-	f.live = make(chan *nats.Msg, f.g.liveBuffer)
-	sub, err := f.t.nc.ChanSubscribe(f.subject, f.live)
-	if err != nil {
-		return natsError(err, "follow run "+f.id)
+	if f.g.liveBuffer >= 0 { // negative: tests of a stream whose every live event is lost
+		f.live = make(chan *nats.Msg, f.g.liveBuffer)
+		sub, err := f.t.nc.ChanSubscribe(f.subject, f.live)
+		if err != nil {
+			return natsError(err, "follow run "+f.id)
+		}
+		f.sub = sub
 	}
-	f.sub = sub
+	var err error
 	if f.heartbeats {
 		f.beat()
 	}
@@ -115,6 +120,12 @@ func (f *follower) run(ctx context.Context) error {
 			f.beat()
 		case <-silence.C:
 			if !wrote {
+				// Nothing came for a while: look at the stream, in case the
+				// last events were lost on the way (a slow client, a NATS
+				// reconnect) and no later one will show the gap.
+				if _, done, err := f.replay(ctx, 0); done || err != nil {
+					return err
+				}
 				if err := f.sw.comment("keepalive"); err != nil {
 					return err
 				}

@@ -350,3 +350,29 @@ func TestEventStreamFillsGaps(t *testing.T) {
 		t.Fatalf("%d events over SSE, %d over NATS", len(got), len(want))
 	}
 }
+
+// Even if every live message is lost, the terminal event included (no
+// subscription at all), the stream completes from the events stream.
+func TestEventStreamSurvivesLostLiveEvents(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	nc, err := e.ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	g, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", NoAuth: true, SSEHeartbeat: 50 * time.Millisecond,
+		Tenants: []gateway.Tenant{{Name: "dev", Conn: nc}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateway.SetLiveBuffer(g, -1)
+	gw := runGateway(t, g, "http://")
+	cr := gw.create(t, runRequest(map[string]string{"emu_tokens": "40", "emu_token_ms": "5"}))
+	got := gw.stream(t, "/v1/runs/"+cr.RunID+"/events").readAll(t)
+	want := e.watchAll(cr.RunID)
+	checkContiguous(t, got, 1)
+	if len(got) != len(want) || text(got) != text(want) {
+		t.Fatalf("%d events over SSE, %d over NATS", len(got), len(want))
+	}
+}
