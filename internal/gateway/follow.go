@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -160,12 +161,30 @@ func (f *follower) run(ctx context.Context) error {
 	}
 }
 
-func (f *follower) decode(data []byte) (events.RunEvent, error) {
-	ev, err := events.DecodeRunEvent(data)
-	if err == nil && ev.RunID != f.id {
-		err = fmt.Errorf("%w: run_id %q on the subject of run %s", events.ErrBadEvent, ev.RunID, f.id)
+// eventHead is what a follower reads of an event: it forwards the rest as
+// it is.
+type eventHead struct {
+	RunID string           `json:"run_id"`
+	Seq   uint64           `json:"seq"`
+	Type  events.EventType `json:"type"`
+	data  []byte
+}
+
+// decode checks an event as events.DecodeRunEvent does (run_id, seq and
+// type required) and that it belongs to the run.
+func (f *follower) decode(data []byte) (eventHead, error) {
+	var ev eventHead
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return ev, fmt.Errorf("%w: %v", events.ErrBadEvent, err)
 	}
-	return ev, err
+	if ev.RunID == "" || ev.Seq == 0 || ev.Type == "" {
+		return ev, fmt.Errorf("%w: run_id, seq and type are required", events.ErrBadEvent)
+	}
+	if ev.RunID != f.id {
+		return ev, fmt.Errorf("%w: run_id %q on the subject of run %s", events.ErrBadEvent, ev.RunID, f.id)
+	}
+	ev.data = data
+	return ev, nil
 }
 
 // replay writes the stored events from seq f.next on, up to seq upTo (0:
@@ -257,8 +276,8 @@ func (f *follower) seek(ctx context.Context, hi uint64) (uint64, error) {
 }
 
 // write writes ev; done after the terminal event.
-func (f *follower) write(ev events.RunEvent) (done bool, err error) {
-	if err := f.sw.event(ev); err != nil {
+func (f *follower) write(ev eventHead) (done bool, err error) {
+	if err := f.sw.raw(ev.Seq, ev.Type, ev.data); err != nil {
 		return false, err
 	}
 	f.next = ev.Seq + 1

@@ -186,6 +186,18 @@ func (g *Gateway) connect() error {
 				nats.Name("foundryq-gateway/" + t.cfg.Name),
 				nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.Timeout(5 * time.Second),
 				nats.RetryOnFailedConnect(true),
+				nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+					// A slow client's event stream loses live messages; its
+					// follower fills the gap from the stream.
+					ev := g.log.Warn()
+					if errors.Is(err, nats.ErrSlowConsumer) {
+						ev = g.log.Debug()
+					}
+					if sub != nil {
+						ev = ev.Str("subject", sub.Subject)
+					}
+					ev.Err(err).Str("tenant", t.cfg.Name).Msg("nats")
+				}),
 			}
 			if t.cfg.NATSCreds != "" {
 				opts = append(opts, nats.UserCredentials(t.cfg.NATSCreds))

@@ -106,18 +106,34 @@ type sseWriter struct {
 	buf     bytes.Buffer
 }
 
+// event writes a RunEvent built here (the terminal event of a state
+// record).
 func (s *sseWriter) event(ev events.RunEvent) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
 	}
+	return s.raw(ev.Seq, ev.Type, data)
+}
+
+// raw writes an event as stored: its JSON goes out byte for byte, so that
+// fields added to the contract later reach clients through any gateway.
+func (s *sseWriter) raw(seq uint64, typ events.EventType, data []byte) error {
 	s.buf.Reset()
 	s.buf.WriteString("id: ")
-	s.buf.WriteString(strconv.FormatUint(ev.Seq, 10))
+	s.buf.WriteString(strconv.FormatUint(seq, 10))
 	s.buf.WriteString("\nevent: ")
-	s.buf.WriteString(oneLine(string(ev.Type)))
+	s.buf.WriteString(oneLine(string(typ)))
 	s.buf.WriteString("\ndata: ")
-	s.buf.Write(data) // JSON from encoding/json never holds a raw newline
+	if bytes.ContainsAny(data, "\r\n") {
+		// Whitespace between JSON tokens would end the data line; inside
+		// strings newlines are escaped, so compacting removes them all.
+		if err := json.Compact(&s.buf, data); err != nil {
+			return err
+		}
+	} else {
+		s.buf.Write(data)
+	}
 	s.buf.WriteString("\n\n")
 	return s.flush()
 }

@@ -376,3 +376,32 @@ func TestEventStreamSurvivesLostLiveEvents(t *testing.T) {
 		t.Fatalf("%d events over SSE, %d over NATS", len(got), len(want))
 	}
 }
+
+// Events go out as stored: a field the gateway does not know (the contract
+// grows additively) reaches the client, and JSON spread over several lines
+// is compacted onto the one data line.
+func TestEventStreamForwardsEventsAsStored(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0) // no worker: the events below are published by hand
+	g := e.gateway(gateway.Config{})
+	req := runRequest(nil)
+	req["run_id"] = "by-hand"
+	g.create(t, req)
+	js := mustJS(t, e.nc)
+	for _, body := range []string{
+		"{\n  \"run_id\": \"by-hand\",\n  \"seq\": 1,\n  \"type\": \"text.delta\",\n  \"text\": \"line one\\nline two\",\n  \"added_later\": {\"x\": 1}\n}",
+		`{"run_id":"by-hand","seq":2,"type":"run.completed","status":"completed"}`,
+	} {
+		if _, err := js.Publish(t.Context(), "foundryq.events.by-hand", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := g.stream(t, "/v1/runs/by-hand/events")
+	ev, f, err := s.nextEvent(t)
+	if err != nil || ev.Text != "line one\nline two" || !strings.Contains(f.data, `"added_later":{"x":1}`) || strings.Contains(f.data, "\": ") {
+		t.Fatalf("first frame %+v (%v)", f, err)
+	}
+	if ev, _, err := s.nextEvent(t); err != nil || ev.Type != events.TypeRunCompleted {
+		t.Fatalf("second event %+v %v", ev, err)
+	}
+}
