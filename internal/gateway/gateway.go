@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,9 +32,10 @@ type Gateway struct {
 	tenants  []*tenant
 	byDigest map[string]*tenant // token digest (hex) → tenant
 
-	ready chan struct{}
-	mu    sync.Mutex
-	addr  string
+	started atomic.Bool
+	ready   chan struct{}
+	mu      sync.Mutex
+	addr    string
 
 	// streams ends every open event stream when the gateway shuts down
 	// (http.Server.Shutdown does not end running handlers).
@@ -89,8 +91,11 @@ func (g *Gateway) Addr() string {
 // within ShutdownTimeout, stop the callback notifiers (a delivery in flight
 // is retried by another gateway or after a restart), then close the NATS
 // connections the gateway opened. It returns nil after a shutdown caused by
-// ctx, or the error that stopped it.
+// ctx, or the error that stopped it. Run may be called once.
 func (g *Gateway) Run(ctx context.Context) error {
+	if !g.started.CompareAndSwap(false, true) {
+		return errors.New("gateway: Run called twice")
+	}
 	defer g.endStreams()
 	if err := g.connect(); err != nil {
 		g.closeConns()
