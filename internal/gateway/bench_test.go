@@ -2,17 +2,21 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,12 +32,18 @@ import (
 
 // BenchmarkGatewayAddedLatency runs many runs streaming 20 tokens/s each
 // (emu_token_ms=50), every run followed by one SSE client through the
-// gateway and one NATS watcher, all in this process
-// with an embedded nats-server (file storage, loopback TCP, the per-stream
-// consumer limit lifted: 2,000 watchers are 2,000 consumers), the emulator
-// and two workers. For
+// gateway and one NATS watcher, with NATS (file storage, loopback TCP), the
+// emulator and two workers. For
 // every event both saw, it takes the SSE client's arrival time minus the
-// NATS watcher's: the latency the gateway adds. It reports the p50, p99 and
+// NATS watcher's: the latency the gateway adds.
+//
+// As deployed, the gateway is a process of its own: by default NATS and the
+// Foundry emulator run in a `foundryq dev --workers 0` subprocess and the
+// two workers in `foundryq worker` subprocesses (built from this module),
+// while the gateway, the SSE clients and the NATS watchers run in the
+// benchmark's process. FOUNDRYQ_GATEWAY_BENCH_INPROCESS=1 puts everything in
+// one process (one Go scheduler for the emulator's, the workers' and the
+// gateway's goroutines). It reports the p50, p99 and
 // max of that difference over the events published after both watchers
 // were attached.
 //
@@ -56,8 +66,9 @@ func BenchmarkGatewayAddedLatency(b *testing.B) {
 	default:
 		b.Fatalf("FOUNDRYQ_GATEWAY_BENCH_WATCHER=%q: want core or watch", v)
 	}
+	inProcess := os.Getenv("FOUNDRYQ_GATEWAY_BENCH_INPROCESS") == "1"
 	for range b.N {
-		res := measureAddedLatency(b, runs, tokens, useWatch)
+		res := measureAddedLatency(b, runs, tokens, useWatch, inProcess)
 		b.ReportMetric(res.p50, "p50-added-ms")
 		b.ReportMetric(res.p99, "p99-added-ms")
 		b.ReportMetric(res.max, "max-added-ms")
@@ -101,22 +112,18 @@ func (a *arrivals) record(seq uint64, now, evTime time.Time) {
 	a.at[seq], a.times[seq] = now, evTime
 }
 
-func measureAddedLatency(tb testing.TB, runs, tokens int, useWatch bool) latencyResult {
+func measureAddedLatency(tb testing.TB, runs, tokens int, useWatch, inProcess bool) latencyResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// Each watcher, SSE or NATS, is a consumer on the events stream: lift
-	// nats-server's default limit of 1000 consumers per stream.
-	url := startNATSConf(tb, "", "default_max_consumers: -1")
-	emu := foundrytest.NewServer(foundrytest.Config{})
-	defer emu.Close()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = runs + 16
-	up, err := foundry.New(foundry.Config{BaseURL: emu.BaseURL(), APIKey: "bench", HTTPClient: &http.Client{Transport: tr}})
-	if err != nil {
-		tb.Fatal(err)
+	var url string
+	var startWorkers func()
+	if inProcess {
+		var stop func()
+		url, startWorkers, stop = inProcessSystem(ctx, tb, runs)
+		defer stop()
+	} else {
+		url, startWorkers = processSystem(tb, runs)
 	}
-	defer up.CloseIdleConnections()
-
 	var conns []*nats.Conn
 	connect := func() *nats.Conn {
 		nc, err := nats.Connect(url)
@@ -153,7 +160,60 @@ func measureAddedLatency(tb testing.TB, runs, tokens int, useWatch bool) latency
 	}()
 	<-gw.Ready()
 	base := "http://" + gw.Addr()
+	return compare(ctx, tb, client, connect(), base, runs, tokens, useWatch, startWorkers)
+}
 
+// inProcessSystem runs NATS, the emulator and (from startWorkers on) two
+// workers in this process.
+func inProcessSystem(ctx context.Context, tb testing.TB, runs int) (url string, startWorkers, stop func()) {
+	// Each events.Watch is a consumer on the events stream: lift
+	// nats-server's default limit of 1000 consumers per stream.
+	url = startNATSConf(tb, "", "default_max_consumers: -1")
+	emu := foundrytest.NewServer(foundrytest.Config{})
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = runs + 16
+	up, err := foundry.New(foundry.Config{BaseURL: emu.BaseURL(), APIKey: "bench", HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	wctx, stopWorkers := context.WithCancel(ctx)
+	wg, wgctx := errgroup.WithContext(wctx)
+	var conns []*nats.Conn
+	stop = func() {
+		stopWorkers()
+		_ = wg.Wait()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		up.CloseIdleConnections()
+		emu.Close()
+	}
+	startWorkers = func() {
+		for i := range 2 {
+			nc, err := nats.Connect(url)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			pub, err := nats.Connect(url)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			conns = append(conns, nc, pub)
+			w, err := consumer.New(nc, up, consumer.Config{
+				WorkerID: fmt.Sprintf("bench-%d", i+1), Concurrency: runs/2 + 16, PublishConn: pub, CancelAuditDelay: -1,
+			})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			wg.Go(func() error { return w.Run(wgctx) })
+		}
+	}
+	return url, startWorkers, stop
+}
+
+// compare queues the runs, attaches both watchers of each, starts the
+// workers and compares the arrival times.
+func compare(ctx context.Context, tb testing.TB, client *events.Client, watchConn *nats.Conn, base string, runs, tokens int, useWatch bool, startWorkers func()) latencyResult {
 	// The runs are queued before any worker runs, every watcher attaches
 	// (the SSE clients find the runs queued), and only then do the workers
 	// start: every event is published to two attached watchers.
@@ -165,7 +225,6 @@ func measureAddedLatency(tb testing.TB, runs, tokens int, useWatch bool) latency
 			tb.Fatal(err)
 		}
 	}
-	watchConn := connect()
 	watcher, err := events.NewClient(watchConn, events.ClientConfig{})
 	if err != nil {
 		tb.Fatal(err)
@@ -191,18 +250,7 @@ func measureAddedLatency(tb testing.TB, runs, tokens int, useWatch bool) latency
 	attachStart := time.Now()
 	attached.Wait()
 	tb.Logf("%d watchers attached in %s", 2*runs, time.Since(attachStart).Round(time.Millisecond))
-	wctx, stopWorkers := context.WithCancel(ctx)
-	wg, wgctx := errgroup.WithContext(wctx)
-	defer func() { stopWorkers(); _ = wg.Wait() }()
-	for i := range 2 {
-		w, err := consumer.New(connect(), up, consumer.Config{
-			WorkerID: fmt.Sprintf("bench-%d", i+1), Concurrency: runs/2 + 16, PublishConn: connect(), CancelAuditDelay: -1,
-		})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		wg.Go(func() error { return w.Run(wgctx) })
-	}
+	startWorkers()
 	if err := g.Wait(); err != nil {
 		tb.Fatal(err)
 	}
@@ -353,4 +401,94 @@ func watchSSE(ctx context.Context, hc *http.Client, base, id string, a *arrivals
 			evTime = ev.Time
 		}
 	}
+}
+
+// processSystem runs NATS and the emulator in a `foundryq dev --workers 0`
+// subprocess and, from startWorkers on, two `foundryq worker` subprocesses;
+// all are stopped when the benchmark ends.
+func processSystem(tb testing.TB, runs int) (url string, startWorkers func()) {
+	tb.Helper()
+	dir := tb.TempDir()
+	bin := dir + "/foundryq"
+	build := exec.Command("go", "build", "-o", bin, "github.com/foundryq/foundryq/cmd/foundryq")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("build foundryq: %v\n%s", err, out)
+	}
+	natsPort, emuPort := freePort(tb), freePort(tb)
+	url = "nats://127.0.0.1:" + strconv.Itoa(natsPort)
+	emuAddr := "127.0.0.1:" + strconv.Itoa(emuPort)
+	startProcess(tb, "foundryq dev is running", bin, "dev", "--workers", "0", "--nats-port", strconv.Itoa(natsPort),
+		"--emulator-addr", emuAddr, "--http-addr", "", "--gateway-addr", "", "--data-dir", dir+"/nats", "--log-level", "warn")
+	startWorkers = func() {
+		for i := range 2 {
+			startProcess(tb, "worker started", bin, "worker", "--nats-url", url, "--foundry-endpoint", "http://"+emuAddr+"/openai/v1/",
+				"--foundry-api-key", "bench", "--worker-id", fmt.Sprintf("bench-%d", i+1), "--concurrency", strconv.Itoa(runs/2+16),
+				"--cancel-audit-delay", "-1s", "--http-addr", "", "--log-level", "info")
+		}
+	}
+	return url, startWorkers
+}
+
+// startProcess starts a subprocess, waits until its output says ready, and
+// stops it (SIGTERM, then SIGKILL after 20 s) when the benchmark ends.
+func startProcess(tb testing.TB, ready, bin string, args ...string) {
+	tb.Helper()
+	var out syncBuffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			tb.Errorf("%s %s did not stop on SIGTERM", bin, args[0])
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), ready) {
+		select {
+		case err := <-done:
+			tb.Fatalf("%s %s exited: %v\n%s", bin, args[0], err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s %s not ready after 30s:\n%s", bin, args[0], out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a writing subprocess and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
