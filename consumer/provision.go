@@ -192,6 +192,9 @@ func EventsStreamConfig(n events.Names, cfg ProvisionConfig) jetstream.StreamCon
 		MaxAge:      cfg.EventsMaxAge,
 		Duplicates:  cfg.EventsDuplicates,
 		AllowDirect: true,
+		// Every stored event is copied to <prefix>.live.<run_id>: followers
+		// there see stored events only, without a consumer each.
+		RePublish: &jetstream.RePublish{Source: n.EventsWildcard(), Destination: n.LiveSubject("{{wildcard(1)}}")},
 		// Clients create consumers here (Watch): bound how many, and for
 		// how long one without pulls outlives its creator.
 		MaxConsumers:   cfg.EventsMaxConsumers,

@@ -17,6 +17,8 @@ const (
 	kindDead   = "dead"
 	// kindCancels holds the durable cancel records (stream <PREFIX>_CANCELS).
 	kindCancels = "cancels"
+	// kindLive carries the events stream's copies of stored events.
+	kindLive = "live"
 )
 
 // Names derives every subject and JetStream name from a prefix. The zero
@@ -66,6 +68,13 @@ func (n Names) WatchSubject(runID string) string { return n.subject(kindWatch, r
 // DeadSubject is the subject of a run's dead letter: <prefix>.dead.<id>.
 func (n Names) DeadSubject(runID string) string { return n.subject(kindDead, runID) }
 
+// LiveSubject is where the events stream republishes each event of a run
+// once it is stored: <prefix>.live.<id> (core NATS). A subscriber there
+// sees only stored events, in order, without a JetStream consumer (a
+// subscriber on the event subject itself also sees a publish the stream
+// refuses, such as a worker's that lost the run).
+func (n Names) LiveSubject(runID string) string { return n.subject(kindLive, runID) }
+
 // CancelRecordSubject is the subject of a run's durable cancel record:
 // <prefix>.cancels.<id> (stream <PREFIX>_CANCELS). Client.Cancel stores the
 // cancel there before it asks the workers, so that a cancel sent while no
@@ -79,6 +88,9 @@ func (n Names) EventsWildcard() string { return n.subject(kindEvents, "*") }
 func (n Names) CancelWildcard() string { return n.subject(kindCancel, "*") }
 func (n Names) WatchWildcard() string  { return n.subject(kindWatch, "*") }
 func (n Names) DeadWildcard() string   { return n.subject(kindDead, "*") }
+
+// LiveWildcard matches every run's live subject.
+func (n Names) LiveWildcard() string { return n.subject(kindLive, "*") }
 
 // CancelRecordsWildcard matches every run's durable cancel record subject.
 func (n Names) CancelRecordsWildcard() string { return n.subject(kindCancels, "*") }
@@ -109,7 +121,7 @@ func (n Names) Consumer() string { return n.lower() + "-workers" }
 func (n Names) WorkerQueueGroup() string { return n.Consumer() }
 
 // RunIDFromSubject returns the run id of any per-run subject (runs, events,
-// cancel, watch, dead, cancels) under this prefix, and false if subject is not one or
+// cancel, watch, dead, cancels, live) under this prefix, and false if subject is not one or
 // the id is not a valid run id.
 func (n Names) RunIDFromSubject(subject string) (string, bool) {
 	p := n.prefix() + "."
@@ -122,7 +134,7 @@ func (n Names) RunIDFromSubject(subject string) (string, bool) {
 		return "", false
 	}
 	switch kind {
-	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels:
+	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels, kindLive:
 	default:
 		return "", false
 	}

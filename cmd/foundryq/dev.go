@@ -24,6 +24,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emuAddr := f.String("emulator-addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "address of the Foundry emulator (not started when FOUNDRY_ENDPOINT is set)")
 	workers := f.Int("workers", "FOUNDRYQ_DEV_WORKERS", 1, "in-process workers to run (0: none)")
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics and /healthz (empty: off)")
+	gatewayAddr := f.String("gateway-addr", "FOUNDRYQ_DEV_GATEWAY_ADDR", "127.0.0.1:8080", "address of the HTTP gateway and web console, open without authentication (empty: off)")
 	ef := addEmulatorFlags(f, 25*time.Millisecond)
 	wf := addWorkerFlags(f, true) // with --foundry-endpoint set, dev uses it instead of the emulator
 	lf := addLogFlags(f, "console")
@@ -88,6 +89,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	ns := stack.NATS
+	var gatewayBanner string
+	switch {
+	case *gatewayAddr != "" && *natsConfig != "":
+		// The users of a server config have no gateway role (it creates a
+		// bucket and streams of its own for callbacks): run foundryq gateway
+		// as a user you grant that.
+		gatewayBanner = "  Console:  off with --nats-config (run foundryq gateway as a user with its rights)\n"
+	case *gatewayAddr != "":
+		if gatewayBanner, err = startDevGateway(gctx, g, *gatewayAddr, stack, log.With().Str("component", "gateway").Logger()); err != nil {
+			return err
+		}
+	}
 
 	fmt.Fprintf(stdout, "foundryq dev is running.\n  NATS:     %s (JetStream data in %s)\n", ns.ClientURL(), ns.StoreDir())
 	if *natsConfig != "" {
@@ -99,6 +112,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "  Foundry:  %s\n", *wf.endpoint)
 	}
 	fmt.Fprintf(stdout, "  Workers:  %d\n", *workers)
+	fmt.Fprint(stdout, gatewayBanner)
 	if *httpAddr != "" {
 		fmt.Fprintf(stdout, "  Metrics:  http://%s/metrics\n", *httpAddr)
 	}

@@ -34,6 +34,7 @@ var commands = map[string]command{
 	"demo":     {"a self-contained demonstration of streaming and server-side cancel", runDemo},
 	"emulator": {"serve the Foundry Responses API emulator", runEmulator},
 	"bench":    {"measure cancel and relay latency on embedded NATS and the emulator", runBench},
+	"gateway":  {"serve the HTTP/SSE API and the web console", runGateway},
 }
 
 // errHelp means help was printed on request.

@@ -107,14 +107,15 @@ func freePort(t *testing.T) int {
 // The README's first command, end to end: dev mode, then submit --watch,
 // a slow run cancelled with the cancel command, runs, and exit codes.
 func TestDevModeWithTheCLI(t *testing.T) {
-	natsPort, emuPort := freePort(t), freePort(t)
+	natsPort, emuPort, gwPort := freePort(t), freePort(t), freePort(t)
 	t.Setenv("FOUNDRY_ENDPOINT", "") // the emulator, whatever the caller's environment
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var devOut, devErr syncBuffer
 	go func() {
 		done <- run(ctx, []string{"dev", "--nats-port", strconv.Itoa(natsPort), "--emulator-addr", "127.0.0.1:" + strconv.Itoa(emuPort),
-			"--http-addr", "", "--workers", "2", "--emulator-token-delay", "1ms", "--log-level", "warn"}, &devOut, &devErr)
+			"--http-addr", "", "--gateway-addr", "127.0.0.1:" + strconv.Itoa(gwPort),
+			"--workers", "2", "--emulator-token-delay", "1ms", "--log-level", "warn"}, &devOut, &devErr)
 	}()
 	defer func() {
 		stop()
@@ -137,6 +138,11 @@ func TestDevModeWithTheCLI(t *testing.T) {
 	natsURL := "nats://127.0.0.1:" + strconv.Itoa(natsPort)
 	cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	consoleURL := "http://127.0.0.1:" + strconv.Itoa(gwPort) + "/"
+	if !strings.Contains(devOut.String(), "Console:  "+consoleURL) {
+		t.Fatalf("dev does not print the console URL %s:\n%s", consoleURL, devOut.String())
+	}
+	checkGatewayServes(t, consoleURL, "")
 
 	code, stdout, stderr := runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "hello", "--run-id", "cli-1", "--watch")
 	if code != 0 || !strings.HasPrefix(stdout, "cli-1\n") || len(strings.TrimSpace(stdout)) < len("cli-1")+10 || !strings.Contains(stderr, "run completed") {
@@ -191,7 +197,7 @@ func TestDevWithoutWorkersKeepsRunning(t *testing.T) {
 	var out syncBuffer
 	go func() {
 		done <- run(ctx, []string{"dev", "--workers", "0", "--nats-port", strconv.Itoa(freePort(t)),
-			"--emulator-addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--http-addr", "", "--log-level", "error"}, &out, &out)
+			"--emulator-addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--http-addr", "", "--gateway-addr", "", "--log-level", "error"}, &out, &out)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(out.String(), "foundryq dev is running") {

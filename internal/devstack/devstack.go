@@ -117,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	}
 	s.closers = append(s.closers, s.Upstream.CloseIdleConnections)
 
-	if s.Conn, err = s.connect("foundryq-devstack"); err != nil {
+	if s.Conn, err = s.Connect("foundryq-devstack"); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(s.Conn)
@@ -154,8 +154,9 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	return s, nil
 }
 
-// connect opens a connection to the stack's NATS server with Config.Connect.
-func (s *Stack) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+// Connect opens another connection to the stack's NATS server, with
+// Config.Connect and opts (the caller closes it).
+func (s *Stack) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	all := append([]nats.Option{nats.Name(name)}, s.cfg.Connect...)
 	if url := s.NATS.ClientURL(); url != "" {
 		return events.Connect(url, append(all, opts...)...)
@@ -181,11 +182,11 @@ func (s *Stack) StartWorker(cfg consumer.Config, opts ...nats.Option) (*Worker, 
 	if cfg.Prefix == "" {
 		cfg.Prefix = s.cfg.Prefix
 	}
-	jobs, err := s.connect("foundryq-worker", opts...)
+	jobs, err := s.Connect("foundryq-worker", opts...)
 	if err != nil {
 		return nil, err
 	}
-	pub, err := s.connect("foundryq-worker-events", opts...)
+	pub, err := s.Connect("foundryq-worker-events", opts...)
 	if err != nil {
 		jobs.Close()
 		return nil, err

@@ -1,0 +1,149 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/foundryq/foundryq/internal/gateway"
+)
+
+// chromium returns the path of a Chromium to drive, or skips the test
+// (fails it when FOUNDRYQ_REQUIRE_CHROMIUM=1, as in CI).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	const msg = "no Chromium on PATH (Debian: apt-get install -y chromium): the browser test of the console is skipped"
+	if os.Getenv("FOUNDRYQ_REQUIRE_CHROMIUM") == "1" {
+		t.Fatal(msg + " but FOUNDRYQ_REQUIRE_CHROMIUM=1")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// The console end to end in headless Chromium: sign in with a token, see
+// the runs, start a run with a tool call, watch its text stream in, press
+// Stop, and see it cancelled with Foundry's status and usage, while the
+// emulator generated no token after the cancel.
+//
+// FOUNDRYQ_UPDATE_SCREENSHOT=1 writes the page to testdata/console.png
+// (the picture in the README).
+func TestConsoleInBrowser(t *testing.T) {
+	exe := chromium(t)
+	e := setup(t, 1)
+	nc, err := e.ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	const token = "console-test-token"
+	g := startGateway(t, gateway.Config{Tenants: []gateway.Tenant{{Name: "ops", Conn: nc, TokenSHA256: []string{gateway.HashToken(token)}}}}, nil)
+	auth := []string{"Authorization", "Bearer " + token}
+	for _, input := range []string{"Summarise the ticket", "Draft a reply"} {
+		req := runRequest(nil)
+		req["input"] = input
+		e.watchAll(g.create(t, req, auth...).RunID)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1360, 860),
+		chromedp.UserDataDir(t.TempDir()))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, actions...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	get := func(what string, a chromedp.Action[string]) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, a)
+		if err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+		return v
+	}
+	// waitJS polls a JavaScript condition in the page.
+	waitJS := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+			t.Fatalf("browser: waiting for %s: %v", what, err)
+		}
+	}
+
+	run("open the console", chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#auth")))
+	run("sign in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#save-token")))
+	waitJS("the run list", `document.querySelectorAll("#runs tbody tr").length >= 2`)
+
+	const tools = `[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never"}]`
+	run("start a run",
+		chromedp.SetValue(chromedp.CSS("#input"), "Tell me a story about a queue that learned to stop."),
+		chromedp.SetValue(chromedp.CSS("#metadata"), "emu_tokens=100000\nemu_token_ms=30\nemu_tool_ms=300"),
+		chromedp.SetValue(chromedp.CSS("#tools"), tools),
+		chromedp.Click(chromedp.CSS("#start")))
+	waitJS("the tool call shown inline", `document.querySelector("#run-text .tool.completed") !== null`)
+	waitJS("text streaming in", `document.querySelector("#run-text").textContent.length > 400`)
+	runID := get("read the run id", chromedp.Text(chromedp.CSS("#run-id")))
+
+	run("press Stop", chromedp.Click(chromedp.CSS("#stop")))
+	waitJS("the run cancelled", `document.querySelector("#run-status").textContent === "cancelled"`)
+	waitJS("the list updated", `[...document.querySelectorAll("#runs tbody tr")].some(r => r.dataset.runId === `+jsString(runID)+` && r.textContent.includes("cancelled"))`)
+	summary := get("read the summary", chromedp.Text(chromedp.CSS("#run-summary")))
+	pageText := get("read the text", chromedp.Evaluate[string](`document.querySelector("#run-text").textContent`))
+	for _, want := range []string{"cancelled (requested)", "Foundry status", "usage", "output"} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary %q lacks %q", summary, want)
+		}
+	}
+
+	evs := e.watchAll(runID)
+	end := evs[len(evs)-1]
+	if end.UpstreamStatus != "cancelled" || end.Usage == nil {
+		t.Fatalf("terminal event %+v", end)
+	}
+	if !strings.HasSuffix(pageText, text(evs)) || len(text(evs)) < 200 {
+		t.Fatalf("the page shows %q; the run's text is %q", pageText, text(evs))
+	}
+	st := e.emu.Stats()
+	if st.TokensAfterCancel != 0 || st.ToolCallsCompletedAfterCancel != 0 {
+		t.Fatalf("emulator: %d tokens and %d tool calls after the cancel", st.TokensAfterCancel, st.ToolCallsCompletedAfterCancel)
+	}
+	if recs := e.emu.Records(runID); len(recs) != 1 || st.Statuses[recs[0].ID] != "cancelled" {
+		t.Fatalf("emulator response of %s: %+v", runID, st.Statuses)
+	}
+
+	png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("browser: screenshot: %v", err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatal("the screenshot is not a PNG")
+	}
+	if os.Getenv("FOUNDRYQ_UPDATE_SCREENSHOT") == "1" {
+		if err := os.WriteFile(filepath.Join("testdata", "console.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bcancel()
+	acancel()
+}
+
+func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }

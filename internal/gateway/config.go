@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// Defaults and limits of Config.
+const (
+	DefaultAddr            = "127.0.0.1:8080"
+	DefaultMaxBodyBytes    = 512 << 10
+	DefaultSSEHeartbeat    = 15 * time.Second
+	DefaultWriteTimeout    = 30 * time.Second
+	DefaultCancelTimeout   = 10 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultListLimit       = 100
+	MaxListLimit           = 1000
+)
+
+// Config configures a Gateway. Zero fields take the defaults noted on each.
+type Config struct {
+	// Addr is the address to listen on. Default "127.0.0.1:8080"; port 0
+	// picks a free port (see Gateway.Addr).
+	Addr string
+	// NATSURL is the NATS URL of tenants that do not name one. Default
+	// nats.DefaultURL.
+	NATSURL string
+	// Prefix is the subject prefix of tenants that do not name one.
+	// Default "foundryq".
+	Prefix string
+	// Tenants are the tenants and their tokens. With NoAuth, exactly one
+	// tenant without tokens.
+	Tenants []Tenant
+	// NoAuth serves every request, without a token, as the only tenant.
+	// For development only: the gateway logs loudly that it is open, and
+	// Validate refuses it on an address that is not loopback unless
+	// NoAuthAnyAddr is set too.
+	NoAuth bool
+	// NoAuthAnyAddr lets NoAuth listen on a non-loopback address (behind
+	// an authenticating proxy). Default false.
+	NoAuthAnyAddr bool
+	// CORSOrigins are the origins allowed to call the API from a browser
+	// ("https://app.example.com", or "*" for any). Default none: only the
+	// console served by the gateway itself (same origin).
+	CORSOrigins []string
+	// MaxBodyBytes bounds request bodies; a larger one is refused with 413.
+	// Default 512 KiB (a run request must fit in one NATS message, 1 MiB by
+	// default).
+	MaxBodyBytes int64
+	// SSEHeartbeat is how long an event stream may stay silent before the
+	// gateway writes a comment line, so that proxies keep it open. Default 15s.
+	SSEHeartbeat time.Duration
+	// WatchHeartbeat is the interval of the watcher heartbeats sent for
+	// streams opened with ?cancel_on_disconnect=1. Default 1s (the events
+	// client's default).
+	WatchHeartbeat time.Duration
+	// WriteTimeout bounds each write to a client; an event stream whose
+	// client stops reading is closed after it. Default 30s.
+	WriteTimeout time.Duration
+	// CancelTimeout bounds a cancel request to the workers. Default 10s.
+	CancelTimeout time.Duration
+	// ShutdownTimeout bounds the graceful shutdown of the HTTP server when
+	// Run's context ends (event streams are ended at once). Default 10s.
+	ShutdownTimeout time.Duration
+	// ListLimit is the number of runs GET /v1/runs returns without a
+	// limit parameter. Default 100; at most 1000.
+	ListLimit int
+	// TLSCertFile and TLSKeyFile, both or neither, serve HTTPS (the gateway
+	// carries bearer tokens). Default: plain HTTP.
+	TLSCertFile, TLSKeyFile string
+	// Callbacks configures completion callbacks (callback_url on POST
+	// /v1/runs). Off unless Callbacks.Secret is set.
+	Callbacks CallbackConfig
+	// Logger receives the gateway's logs. Default: disabled.
+	Logger *zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.NATSURL == "" {
+		c.NATSURL = nats.DefaultURL
+	}
+	if c.Prefix == "" {
+		c.Prefix = events.DefaultPrefix
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.SSEHeartbeat == 0 {
+		c.SSEHeartbeat = DefaultSSEHeartbeat
+	}
+	if c.WatchHeartbeat == 0 {
+		c.WatchHeartbeat = time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.CancelTimeout == 0 {
+		c.CancelTimeout = DefaultCancelTimeout
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.ListLimit == 0 {
+		c.ListLimit = DefaultListLimit
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	c.Callbacks = c.Callbacks.withDefaults()
+	ts := make([]Tenant, len(c.Tenants))
+	for i, t := range c.Tenants {
+		if t.NATSURL == "" {
+			t.NATSURL = c.NATSURL
+		}
+		if t.Prefix == "" {
+			t.Prefix = c.Prefix
+		}
+		ts[i] = t
+	}
+	c.Tenants = ts
+	return c
+}
+
+// Validate checks the configuration (after defaults) and says which
+// setting is wrong.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
+func (c Config) validate() error {
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return fmt.Errorf("gateway: Addr %q: want host:port: %w", c.Addr, err)
+	}
+	switch {
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("gateway: MaxBodyBytes %d must be at least 1024", c.MaxBodyBytes)
+	case c.SSEHeartbeat < 10*time.Millisecond:
+		return fmt.Errorf("gateway: SSEHeartbeat %s must be at least 10ms", c.SSEHeartbeat)
+	case c.WatchHeartbeat < 10*time.Millisecond:
+		return fmt.Errorf("gateway: WatchHeartbeat %s must be at least 10ms", c.WatchHeartbeat)
+	case c.WriteTimeout < 0, c.CancelTimeout < 0, c.ShutdownTimeout < 0:
+		return errors.New("gateway: WriteTimeout, CancelTimeout and ShutdownTimeout must not be negative")
+	case c.ListLimit < 1 || c.ListLimit > MaxListLimit:
+		return fmt.Errorf("gateway: ListLimit %d must be between 1 and %d", c.ListLimit, MaxListLimit)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("gateway: TLSCertFile and TLSKeyFile go together: set both or neither")
+	}
+	for _, o := range c.CORSOrigins {
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("gateway: CORSOrigins: %q is not an origin (want scheme://host[:port], or *)", o)
+		}
+	}
+	if err := c.Callbacks.validate(); err != nil {
+		return err
+	}
+	return c.validateTenants(host)
+}
+
+func (c Config) validateTenants(host string) error {
+	if len(c.Tenants) == 0 {
+		return errors.New("gateway: no tenant: give Tenants (tokens and NATS settings), or NoAuth with one tenant")
+	}
+	if c.NoAuth {
+		if len(c.Tenants) != 1 || len(c.Tenants[0].TokenSHA256) != 0 {
+			return errors.New("gateway: NoAuth serves exactly one tenant, without tokens")
+		}
+		if !c.NoAuthAnyAddr && !isLoopbackHost(host) {
+			return fmt.Errorf("gateway: NoAuth on %s would open the API to the network: listen on a loopback address, or set NoAuthAnyAddr behind an authenticating proxy", c.Addr)
+		}
+	}
+	names := map[string]bool{}
+	hashes := map[string]string{}
+	for i, t := range c.Tenants {
+		if !tenantName.MatchString(t.Name) {
+			return fmt.Errorf("gateway: Tenants[%d]: name %q must match [A-Za-z0-9_-]{1,64}", i, t.Name)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("gateway: tenant %q is named twice", t.Name)
+		}
+		names[t.Name] = true
+		if _, err := events.NewNames(t.Prefix); err != nil {
+			return fmt.Errorf("gateway: tenant %q: prefix: %w", t.Name, err)
+		}
+		if !c.NoAuth && len(t.TokenSHA256) == 0 {
+			return fmt.Errorf("gateway: tenant %q has no token_sha256", t.Name)
+		}
+		for j, h := range t.TokenSHA256 {
+			n, err := normalizeHash(h)
+			if err != nil {
+				return fmt.Errorf("gateway: tenant %q: token_sha256[%d]: %w", t.Name, j, err)
+			}
+			if other, dup := hashes[n]; dup {
+				return fmt.Errorf("gateway: the same token hash is given to tenants %q and %q", other, t.Name)
+			}
+			hashes[n] = t.Name
+		}
+	}
+	return nil
+}
+
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// corsAllowed reports whether origin may call the API.
+func (c Config) corsAllowed(origin string) bool {
+	for _, o := range c.CORSOrigins {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	return false
+}

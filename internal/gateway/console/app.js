@@ -1,0 +1,250 @@
+// foundryq console: a plain client of the gateway's API. fetch for calls,
+// EventSource for a run's events (resumed by the browser with
+// Last-Event-ID after a dropped connection). Everything shown is set with
+// textContent: run text is never parsed as HTML.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const state = { token: sessionStorage.getItem("foundryq-token") || "", runID: "", source: null, listTimer: 0 };
+const TERMINAL = ["run.completed", "run.failed", "run.cancelled"];
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  if (state.token) h["Authorization"] = "Bearer " + state.token;
+  return h;
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const resp = await fetch(path, init);
+  let data = null;
+  try { data = await resp.json(); } catch (e) { /* no body */ }
+  if (resp.status === 401) showAuth(true);
+  if (!resp.ok) {
+    const err = (data && data.error) || { message: resp.statusText };
+    const e = new Error((err.field ? err.field + ": " + err.reason : err.message) || ("HTTP " + resp.status));
+    e.status = resp.status;
+    throw e;
+  }
+  return data;
+}
+
+function showAuth(needed) {
+  $("#auth").hidden = !needed;
+  $("#conn").textContent = needed ? "a token is needed" : (state.token ? "signed in with a token" : "no authentication (development)");
+}
+
+// ---- run list ----
+
+function ago(t) {
+  const s = Math.max(0, Math.round((Date.now() - new Date(t).getTime()) / 1000));
+  if (s < 60) return s + "s ago";
+  if (s < 3600) return Math.round(s / 60) + "m ago";
+  return Math.round(s / 3600) + "h ago";
+}
+
+async function refreshList() {
+  clearTimeout(state.listTimer);
+  try {
+    const data = await api("GET", "/v1/runs?limit=50");
+    showAuth(false);
+    const body = $("#runs tbody");
+    body.replaceChildren();
+    for (const r of data.runs) {
+      const tr = document.createElement("tr");
+      tr.dataset.runId = r.run_id;
+      if (r.run_id === state.runID) tr.className = "current";
+      const id = document.createElement("td"); id.textContent = r.run_id; id.title = r.run_id;
+      const st = document.createElement("td"); const badge = document.createElement("span");
+      badge.className = "status " + r.status; badge.textContent = r.status; st.append(badge);
+      const up = document.createElement("td"); up.textContent = ago(r.updated_at || r.created_at); up.className = "muted";
+      tr.append(id, st, up);
+      tr.addEventListener("click", () => { location.hash = "run=" + encodeURIComponent(r.run_id); });
+      body.append(tr);
+    }
+    $("#runs-count").textContent = "(" + data.runs.length + ")";
+  } catch (e) {
+    if (e.status !== 401) $("#conn").textContent = "list: " + e.message;
+  }
+  state.listTimer = setTimeout(refreshList, 2000);
+}
+
+// ---- new run ----
+
+function parseMetadata(text) {
+  const md = {};
+  for (const line of text.split("\n")) {
+    const l = line.trim();
+    if (!l) continue;
+    const i = l.indexOf("=");
+    if (i <= 0) throw new Error("metadata: want key=value, got " + JSON.stringify(l));
+    md[l.slice(0, i).trim()] = l.slice(i + 1).trim();
+  }
+  return md;
+}
+
+async function startRun(ev) {
+  ev.preventDefault();
+  const out = $("#new-run-error");
+  out.textContent = "";
+  try {
+    const req = { model: $("#model").value.trim(), input: $("#input").value };
+    const md = parseMetadata($("#metadata").value);
+    if (Object.keys(md).length) req.metadata = md;
+    const tools = $("#tools").value.trim();
+    if (tools) req.tools = JSON.parse(tools);
+    const res = await api("POST", "/v1/runs", req);
+    location.hash = "run=" + encodeURIComponent(res.run_id);
+    refreshList();
+  } catch (e) {
+    out.textContent = e.message;
+  }
+}
+
+// ---- one run ----
+
+function setStatus(status) {
+  const el = $("#run-status");
+  el.textContent = status;
+  el.className = "status " + status;
+  $("#stop").disabled = ["completed", "failed", "cancelled"].includes(status);
+}
+
+function appendText(text) {
+  const box = $("#run-text");
+  let last = box.lastChild;
+  if (!last || last.nodeType !== Node.TEXT_NODE) { last = document.createTextNode(""); box.append(last); }
+  last.appendData(text);
+  box.scrollTop = box.scrollHeight;
+}
+
+function toolLabel(tool) {
+  return [tool.server_label, tool.name].filter(Boolean).join("/") || tool.type;
+}
+
+function showTool(ev) {
+  const box = $("#run-text");
+  const id = "tool-" + (ev.tool.call_id || ev.seq);
+  let chip = document.getElementById(id);
+  if (!chip) {
+    chip = document.createElement("span");
+    chip.id = id;
+    box.append(chip);
+  }
+  const kind = ev.type.split(".")[1];
+  chip.className = "tool " + kind;
+  const mark = kind === "started" ? "\u2699 " : kind === "completed" ? "\u2713 " : "\u2717 ";
+  chip.textContent = mark + toolLabel(ev.tool) + (kind === "started" ? " \u2026" : "") + (ev.error ? ": " + ev.error.message : "");
+  box.scrollTop = box.scrollHeight;
+}
+
+function usageText(u) {
+  if (!u) return "unknown";
+  return "input " + u.input_tokens + ", output " + u.output_tokens + ", total " + u.total_tokens;
+}
+
+function showSummary(ev) {
+  const rows = [];
+  if (ev.type === "run.cancelled") {
+    rows.push(["ended", "cancelled (" + ev.reason + ")"]);
+    rows.push(["Foundry status", ev.upstream_status || "never reached Foundry"]);
+    rows.push(["usage", ev.usage_unknown ? "unknown" : usageText(ev.usage)]);
+  } else if (ev.type === "run.completed") {
+    rows.push(["ended", ev.status + (ev.incomplete_reason ? " (" + ev.incomplete_reason + ")" : "")]);
+    rows.push(["usage", usageText(ev.usage)]);
+  } else {
+    rows.push(["ended", "failed"]);
+    rows.push(["error", ev.error ? ev.error.code + ": " + ev.error.message : "unknown"]);
+  }
+  if (ev.response_id) rows.push(["response", ev.response_id]);
+  const dl = document.createElement("dl");
+  for (const [k, v] of rows) {
+    const dt = document.createElement("dt"); dt.textContent = k;
+    const dd = document.createElement("dd"); dd.textContent = v;
+    dl.append(dt, dd);
+  }
+  $("#run-summary").replaceChildren(dl);
+}
+
+function closeSource() {
+  if (state.source) { state.source.close(); state.source = null; }
+}
+
+function openRun(id) {
+  closeSource();
+  state.runID = id;
+  $("#empty").hidden = true;
+  $("#run").hidden = false;
+  $("#run-id").textContent = id;
+  $("#run-text").replaceChildren();
+  $("#run-summary").replaceChildren();
+  $("#run-meta").textContent = "";
+  setStatus("queued");
+  let url = "/v1/runs/" + encodeURIComponent(id) + "/events";
+  if (state.token) url += "?access_token=" + encodeURIComponent(state.token);
+  const es = new EventSource(url);
+  state.source = es;
+  es.addEventListener("run.started", (m) => {
+    const ev = JSON.parse(m.data);
+    setStatus("running");
+    $("#run-meta").textContent = "response " + ev.response_id + " \u00b7 attempt " + ev.attempt + " \u00b7 worker " + ev.worker;
+  });
+  es.addEventListener("text.delta", (m) => { setStatus("running"); appendText(JSON.parse(m.data).text); });
+  for (const t of ["tool.started", "tool.completed", "tool.failed"]) {
+    es.addEventListener(t, (m) => showTool(JSON.parse(m.data)));
+  }
+  for (const t of TERMINAL) {
+    es.addEventListener(t, (m) => {
+      const ev = JSON.parse(m.data);
+      setStatus(t === "run.completed" ? "completed" : t === "run.failed" ? "failed" : "cancelled");
+      showSummary(ev);
+      closeSource();
+      refreshList();
+    });
+  }
+  es.addEventListener("error", () => {
+    if (es.readyState === EventSource.CLOSED && state.source === es) {
+      $("#run-meta").textContent = "the event stream closed (no such run, or no access)";
+    }
+  });
+}
+
+async function stopRun() {
+  const id = state.runID;
+  $("#stop").disabled = true;
+  try {
+    const reply = await api("POST", "/v1/runs/" + encodeURIComponent(id) + "/cancel", { reason: "stop button in the console" });
+    $("#run-meta").textContent = "cancel: " + reply.result + (reply.upstream_status ? " (Foundry: " + reply.upstream_status + ")" : "");
+  } catch (e) {
+    $("#run-meta").textContent = "cancel failed: " + e.message;
+    $("#stop").disabled = false;
+  }
+}
+
+function route() {
+  const m = /^#run=(.+)$/.exec(location.hash);
+  if (m) {
+    openRun(decodeURIComponent(m[1]));
+  } else {
+    closeSource();
+    state.runID = "";
+    $("#run").hidden = true;
+    $("#empty").hidden = false;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#auth").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.token = $("#token").value.trim();
+    sessionStorage.setItem("foundryq-token", state.token);
+    refreshList();
+    route();
+  });
+  $("#new-run").addEventListener("submit", startRun);
+  $("#stop").addEventListener("click", stopRun);
+  window.addEventListener("hashchange", route);
+  refreshList();
+  route();
+});

@@ -1,0 +1,30 @@
+// Package gateway is foundryq's HTTP face: an API and a web console over the
+// events client, for browsers and for services that do not speak NATS.
+//
+//	POST /v1/runs                 submit a RunRequest (run_id optional; callback_url optional)
+//	GET  /v1/runs/{id}            the run's state record (or "queued")
+//	GET  /v1/runs                 the listing: status, since, limit
+//	GET  /v1/runs/{id}/events     Server-Sent Events: id = seq, event = type, data = the RunEvent JSON;
+//	                              Last-Event-ID or ?after=N resumes; ends after the terminal event
+//	POST /v1/runs/{id}/cancel     the workers' CancelReply
+//	GET  /healthz, GET /          health, and the console (embedded static files)
+//
+// A Gateway keeps no state between requests: any number of them serve the
+// same tenants behind a load balancer. Each bearer token (stored as its
+// SHA-256) maps to a Tenant, which has its own NATS connection: NATS
+// accounts are the tenant boundary. Every refusal is a JSON ErrorBody.
+//
+// Event streams hold no JetStream consumer (see follower): they follow the
+// run's event subject with a core subscription and read stored events with
+// direct gets, so the number of open streams is not bounded by the server's
+// consumer limit.
+//
+// Completion callbacks (CallbackConfig) are delivered by a notifier in the
+// gateway process: registrations in the gateway's own KV bucket, a durable
+// consumer on the state bucket's stream that queues a delivery when a run
+// ends, durable senders that sign (Sign, VerifySignature), retry with
+// backoff and dead-letter. Files: one concept each (gateway.go: Run and
+// routing; runs.go, stream.go, follow.go, cancel.go: the endpoints;
+// auth.go, tenant.go, cors.go, errors.go; callbacks.go, notifier.go,
+// signature.go; console.go and console/).
+package gateway
