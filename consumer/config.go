@@ -60,6 +60,10 @@ type Config struct {
 	// RetryDelay is the delay before a job whose upstream call failed with a
 	// retryable error (429, 5xx, network) is delivered again. Default 2s.
 	RetryDelay time.Duration
+	// ReadyCheckInterval is how long Ready reuses its check that the
+	// streams, consumer and bucket exist, so that a probe hitting /readyz
+	// often costs no JetStream API call. Default 5s.
+	ReadyCheckInterval time.Duration
 	// Provision configures the streams, consumer and bucket the worker
 	// creates (idempotently) at start.
 	Provision ProvisionConfig
@@ -112,6 +116,9 @@ func (c Config) withDefaults() Config {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = 2 * time.Second
 	}
+	if c.ReadyCheckInterval == 0 {
+		c.ReadyCheckInterval = 5 * time.Second
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -144,6 +151,9 @@ func (c Config) validate() error {
 	}
 	if c.RetryDelay < 0 {
 		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))
+	}
+	if c.ReadyCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("ready check interval must not be negative, got %s", c.ReadyCheckInterval))
 	}
 	if !events.ValidRunID(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))

@@ -136,7 +136,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f := newFlags("worker", "worker [flags]")
 	nf := addNATSFlags(f)
 	wf := addWorkerFlags(f, true)
-	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics and /healthz (empty: off)")
+	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics, /healthz and /readyz (empty: off)")
 	lf := addLogFlags(f, "json")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
@@ -174,24 +174,33 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if *httpAddr != "" {
-		addr, err := serveOps(gctx, g, *httpAddr, reg, nc)
+		addr, err := serveOps(gctx, g, *httpAddr, reg, nc, w.Ready)
 		if err != nil {
 			return err
 		}
-		log.Info().Str("addr", addr).Msg("serving /metrics and /healthz")
+		log.Info().Str("addr", addr).Msg("serving /metrics, /healthz and /readyz")
 	}
 	g.Go(func() error { return w.Run(gctx) })
 	return g.Wait()
 }
 
-// serveOps serves Prometheus metrics and a health check on addr, in g,
-// until ctx ends. It returns the address it listens on.
-func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn) (string, error) {
+// serveOps serves Prometheus metrics, a liveness check (/healthz: the NATS
+// connection is up) and a readiness check (/readyz: ready says so) on addr,
+// in g, until ctx ends. Both checks answer 200 "ok", or 503 with a one-line
+// reason. It returns the address it listens on.
+func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn, ready func(context.Context) error) (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !nc.IsConnected() {
 			http.Error(w, "nats: "+nc.Status().String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -215,3 +224,6 @@ func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *promethe
 	})
 	return ln.Addr().String(), nil
 }
+
+// oneLine joins the lines of s (errors.Join makes several).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
