@@ -169,7 +169,7 @@ func runIDArg(f *flags) (string, error) {
 	if err := needArgs(f, 1, "one RUN_ID"); err != nil {
 		return "", err
 	}
-	runID := f.fs.Arg(0)
+	runID := f.Arg(0)
 	if !events.ValidRunID(runID) {
 		return "", usageError{fmt.Errorf("%s: run id %q must match [A-Za-z0-9_-]{1,64}", f.fs.Name(), runID)}
 	}
@@ -223,7 +223,7 @@ func parseCommand(f *flags, lf logFlags, args []string, stdout, stderr io.Writer
 
 // needArgs checks the positional arguments.
 func needArgs(f *flags, n int, what string) error {
-	if f.fs.NArg() != n {
+	if f.NArg() != n {
 		return usageError{fmt.Errorf("%s: want %s (see foundryq %s --help)", f.fs.Name(), what, f.fs.Name())}
 	}
 	return nil

@@ -17,6 +17,7 @@ type flags struct {
 	usage   string
 	entries []flagEntry
 	envErrs []error
+	args    []string // positional arguments, after parse
 }
 
 type flagEntry struct {
@@ -97,9 +98,10 @@ func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // parse parses args; -h/--help prints the help to stdout and returns
-// errHelp.
+// errHelp. Flags may come before or after the positional arguments
+// (runs RUN_ID --json); after "--" everything is positional.
 func (f *flags) parse(args []string, stdout io.Writer) error {
-	err := f.fs.Parse(args)
+	err := f.parseInterspersed(args)
 	if err == flag.ErrHelp {
 		f.printHelp(stdout)
 		return errHelp
@@ -137,3 +139,34 @@ func (f *flags) printHelp(w io.Writer) {
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
+
+// parseInterspersed parses flags anywhere among args and keeps the
+// positional arguments in f.args.
+func (f *flags) parseInterspersed(args []string) error {
+	for {
+		if err := f.fs.Parse(args); err != nil {
+			return err
+		}
+		rest := f.fs.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			f.args = append(f.args, rest...)
+			return nil
+		}
+		f.args = append(f.args, rest[0])
+		args = rest[1:]
+	}
+}
+
+// NArg is the number of positional arguments.
+func (f *flags) NArg() int { return len(f.args) }
+
+// Arg is the i-th positional argument, or "".
+func (f *flags) Arg(i int) string {
+	if i < 0 || i >= len(f.args) {
+		return ""
+	}
+	return f.args[i]
+}
