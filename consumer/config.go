@@ -158,11 +158,22 @@ func (c Config) validate() error {
 	if !events.ValidRunID(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))
 	}
+	if err := c.Provision.withDefaults().validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("consumer: invalid config: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
+
+// ErrInvalidConfig is wrapped by the error New and Validate return for a
+// bad Config (with ErrInvalidProvisionConfig for a bad Provision).
+var ErrInvalidConfig = errors.New("consumer: invalid config")
+
+// Validate checks cfg as New does, after applying the defaults: every
+// value that is out of range is named in the error, with what is accepted.
+func (c Config) Validate() error { return c.withDefaults().validate() }
 
 // defaultWorkerID is "<hostname>-<pid>", with the characters a run id may
 // not hold replaced by '-'.
