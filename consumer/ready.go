@@ -60,7 +60,7 @@ func (w *Worker) pullStaleAfter() time.Duration { return 5*w.cfg.PollWait + 5*ti
 
 // Ready reports whether the worker can take and run jobs: nil while its
 // NATS connections are up, the streams, consumer and bucket exist (checked
-// at most once per Config.ReadyCheckInterval, with two JetStream API calls)
+// at most once per Config.ReadyCheckInterval, with six JetStream API calls)
 // and the pull loop is alive; otherwise an error wrapping ErrNotReady whose
 // message is a one-line reason. It is what /readyz answers. Safe for
 // concurrent use; ctx bounds a resource check.
@@ -103,25 +103,23 @@ func (w *Worker) resourcesReady(ctx context.Context) error {
 // errResourceMissing marks a stream, consumer or bucket that does not exist.
 var errResourceMissing = errors.New("missing")
 
-// checkResources lists the account's streams (one API call) and reads the
-// worker consumer's info (another).
+// checkResources reads the info of each stream (the bucket's included) and
+// of the worker consumer: six JetStream API calls, each one the worker role
+// may make already.
 func (w *Worker) checkResources(ctx context.Context) error {
-	want := []string{w.names.RunsStream(), w.names.EventsStream(), w.names.DeadStream(), w.names.CancelsStream(), "KV_" + w.names.Bucket()}
-	have := make(map[string]bool, len(want))
-	lister := w.js.StreamNames(ctx)
-	for name := range lister.Name() {
-		have[name] = true
+	streams := []struct{ name, what string }{
+		{w.names.RunsStream(), "stream " + w.names.RunsStream()},
+		{w.names.EventsStream(), "stream " + w.names.EventsStream()},
+		{w.names.DeadStream(), "stream " + w.names.DeadStream()},
+		{w.names.CancelsStream(), "stream " + w.names.CancelsStream()},
+		{"KV_" + w.names.Bucket(), "bucket " + w.names.Bucket()},
 	}
-	if err := lister.Err(); err != nil {
-		return fmt.Errorf("jetstream: list streams: %w", err)
-	}
-	for _, name := range want {
-		if !have[name] {
-			what := "stream " + name
-			if name == want[len(want)-1] {
-				what = "bucket " + w.names.Bucket()
+	for _, s := range streams {
+		if _, err := w.js.Stream(ctx, s.name); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("%s %w", s.what, errResourceMissing)
 			}
-			return fmt.Errorf("%s %w", what, errResourceMissing)
+			return fmt.Errorf("jetstream: %s: %w", s.what, err)
 		}
 	}
 	if _, err := w.res.Consumer.Info(ctx); err != nil {

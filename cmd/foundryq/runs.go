@@ -222,9 +222,19 @@ func eventsText(s events.RunSummary) string {
 	if missing := int(s.LastSeq) - s.Events; missing > 0 {
 		out += fmt.Sprintf(" (%d expired)", missing)
 	}
-	var parts []string
+	// In lifecycle order, then any type this version does not know.
+	order := []events.EventType{events.TypeRunStarted, events.TypeTextDelta, events.TypeToolStarted, events.TypeToolCompleted,
+		events.TypeToolFailed, events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled}
 	for _, t := range slices.Sorted(maps.Keys(s.Counts)) {
-		parts = append(parts, fmt.Sprintf("%s %d", t, s.Counts[t]))
+		if !t.Known() {
+			order = append(order, t)
+		}
+	}
+	var parts []string
+	for _, t := range order {
+		if n := s.Counts[t]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", t, n))
+		}
 	}
 	return out + ": " + strings.Join(parts, ", ")
 }
