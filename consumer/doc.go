@@ -22,4 +22,8 @@
 //     longer be streamed; no token is lost or repeated.
 //   - At shutdown in-flight runs are handed off (flushed, Nak'ed) and nothing
 //     is cancelled upstream.
+//
+// Worker.Ready says whether a worker can take and run jobs (NATS connected,
+// streams, consumer and bucket present, pull loop alive); foundryq worker
+// serves it as /readyz.
 package consumer
