@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
@@ -67,10 +69,22 @@ func TestReady(t *testing.T) {
 		{"bucket deleted", "KV_foundryq-runs", "bucket foundryq-runs missing"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if err := e.js.DeleteStream(t.Context(), c.stream); err != nil {
-				t.Fatal(err)
+			// Deleted again while the worker has not reported it: a
+			// re-provisioning already under way (after the NATS restart,
+			// or the previous case) may recreate it at once.
+			var last error
+			eventually(t, 30*time.Second, "not ready: "+c.reason, func() bool {
+				if err := e.js.DeleteStream(t.Context(), c.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				last = w.Ready(ctx)
+				return notReadyWith(c.reason)(last)
+			})
+			if strings.Contains(last.Error(), "\n") {
+				t.Errorf("reason %q is not one line", last)
 			}
-			waitReady(t, w.Worker.Worker, "not ready: "+c.reason, notReadyWith(c.reason))
 			// The check that found it missing has the worker recreate it.
 			waitReady(t, w.Worker.Worker, "ready after the worker recreated it", isReady)
 			if _, err := e.js.Stream(t.Context(), c.stream); err != nil {
