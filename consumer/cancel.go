@@ -460,13 +460,15 @@ func (w *Worker) audit(runID, responseID string) {
 		if err != nil || resp.Status != foundry.StatusCompleted {
 			return
 		}
-		w.m.completedAfterCancl.Inc()
-		w.log.Warn().Str("run_id", runID).Str("response_id", responseID).
-			Msg("Foundry completed the response after reporting it cancelled; the run stays cancelled")
+		// The state first, then the metric: whoever sees the counter move
+		// (an alert, a test) finds the record already saying so.
 		if _, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
 			return auditedUpstream(s, resp.Status)
 		}); err != nil {
 			w.log.Warn().Err(err).Str("run_id", runID).Msg("record the upstream status")
 		}
+		w.m.completedAfterCancl.Inc()
+		w.log.Warn().Str("run_id", runID).Str("response_id", responseID).
+			Msg("Foundry completed the response after reporting it cancelled; the run stays cancelled")
 	}()
 }
