@@ -59,8 +59,8 @@ func (c ClientConfig) validate() error {
 // It creates nothing on NATS: the workers provision the streams and the
 // state bucket. Safe for concurrent use.
 type Client struct {
-	nc    *nats.Conn
-	js    jetstream.JetStream
+	nc     *nats.Conn
+	js     jetstream.JetStream
 	names  Names
 	cfg    ClientConfig
 	tracer trace.Tracer
