@@ -175,6 +175,11 @@ func (r *run) execute() {
 
 	r.startRelay(pos)
 	defer r.stopRelay()
+	taken := r.logger().Info().Int("failures", st.Failures)
+	if !r.submitted.IsZero() {
+		taken = taken.Dur("since_submit", r.taken.Sub(r.submitted))
+	}
+	taken.Msg("run taken")
 
 	switch {
 	case decodeErr != nil:

@@ -353,14 +353,14 @@ func (w *Worker) keepLeases(ctx context.Context) {
 		case <-t.C:
 		}
 		w.mu.Lock()
-		msgs := make([]jetstream.Msg, 0, len(w.runs))
+		runs := make([]*run, 0, len(w.runs))
 		for _, r := range w.runs {
-			msgs = append(msgs, r.msg)
+			runs = append(runs, r)
 		}
 		w.mu.Unlock()
-		for _, m := range msgs {
-			if err := m.InProgress(); err != nil {
-				w.log.Debug().Err(err).Msg("extend job lease")
+		for _, r := range runs {
+			if err := r.msg.InProgress(); err != nil {
+				r.logger().Debug().Err(err).Msg("extend job lease")
 			}
 		}
 	}
