@@ -50,7 +50,7 @@ func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus strin
 // ended logs the run's end at info, with what an operator asks first (how
 // it ended, how long it took, what it cost), and records it on the span.
 func (r *run) ended(ev events.RunEvent, upstreamStatus string) {
-	l := r.logger().Info().Str("type", string(ev.Type)).Dur("took", time.Since(r.taken))
+	l := r.logger().Info().Str("type", string(ev.Type)).Dur("took", ev.Time.Sub(r.taken))
 	if !r.submitted.IsZero() {
 		l = l.Dur("since_submit", ev.Time.Sub(r.submitted))
 	}
