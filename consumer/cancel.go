@@ -516,7 +516,6 @@ func (w *Worker) audit(runID, responseID string) {
 		if err != nil || resp.Status != foundry.StatusCompleted {
 			return
 		}
-		w.m.completedAfterCancl.Inc()
 		w.log.Warn().Str("run_id", runID).Str("response_id", responseID).
 			Msg("Foundry completed the response after reporting it cancelled; the run stays cancelled")
 		if _, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
@@ -524,5 +523,8 @@ func (w *Worker) audit(runID, responseID string) {
 		}); err != nil {
 			w.log.Warn().Err(err).Str("run_id", runID).Msg("record the upstream status")
 		}
+		// Counted once the record says so: whoever sees the count sees
+		// the upstream status in the run's state.
+		w.m.completedAfterCancl.Inc()
 	}()
 }
