@@ -22,4 +22,11 @@
 //     longer be streamed; no token is lost or repeated.
 //   - At shutdown in-flight runs are handed off (flushed, Nak'ed) and nothing
 //     is cancelled upstream.
+//
+// Observability: each run has a logger with run_id, worker, attempt and,
+// once known, response_id, and a "foundryq run" span that continues the
+// W3C trace context of the run request's headers; Foundry calls are
+// "foundry <op>" client spans and every stored event carries the run's
+// traceparent (Config.TracerProvider). Metrics, all in metrics.go, go to
+// Config.Registerer.
 package consumer

@@ -72,4 +72,12 @@
 // the start or from now, then live, io.EOF after the terminal event), State
 // and Runs (a listing with one filter type, RunFilter). The Client creates
 // nothing on NATS.
+//
+// # Tracing
+//
+// Submit and Cancel make OpenTelemetry spans ("foundryq submit", "foundryq
+// cancel"; ClientConfig.TracerProvider, default the global one) and send
+// their W3C trace context in the messages' headers (traceparent): the
+// worker's run span continues a submitted request's trace, and every event
+// it stores carries the run's traceparent.
 package events
