@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/secrets"
@@ -78,6 +79,16 @@ type Config struct {
 	// logged. Default nil: every reference is refused (the run fails
 	// invalid_request).
 	Secrets *secrets.Resolver
+	// StuckAfter is how long a run this worker owns may store no event
+	// before the runs_stuck gauge counts it. Default 5m.
+	StuckAfter time.Duration
+	// TracerProvider makes the worker's spans: "foundryq run" (continuing
+	// the trace context in the run request's headers), "foundry <op>" for
+	// each Foundry call, "foundryq cancel answer" and "foundryq run cancel".
+	// Default: the global provider (otel.SetTracerProvider), a no-op one
+	// unless the program set one up; trace context in the requests is
+	// carried on to events and Foundry calls either way.
+	TracerProvider trace.TracerProvider
 	// Logger receives the worker's logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Registerer receives the worker's Prometheus metrics. Default: none
@@ -119,6 +130,9 @@ func (c Config) withDefaults() Config {
 	if c.ReadyCheckInterval == 0 {
 		c.ReadyCheckInterval = 5 * time.Second
 	}
+	if c.StuckAfter == 0 {
+		c.StuckAfter = 5 * time.Minute
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -148,6 +162,9 @@ func (c Config) validate() error {
 	}
 	if c.PollWait < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("poll wait must be at least 100ms, got %s", c.PollWait))
+	}
+	if c.StuckAfter < time.Second {
+		errs = append(errs, fmt.Errorf("stuck after must be at least 1s, got %s", c.StuckAfter))
 	}
 	if c.RetryDelay < 0 {
 		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))

@@ -14,8 +14,12 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"github.com/foundryq/foundryq/internal/secrets"
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // command is one subcommand.
@@ -86,7 +90,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr)
 		return exitUsage
 	}
-	err := cmd.run(ctx, args[1:], stdout, stderr)
+	stopTracing, err := startTracing(ctx, args[0], stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "foundryq:", err)
+		return exitUsage
+	}
+	err = cmd.run(ctx, args[1:], stdout, stderr)
+	stopTracing()
 	var code exitCode
 	var usage usageError
 	var unreachable natsUnreachable
@@ -105,6 +115,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "foundryq:", err)
 		return exitError
 	}
+}
+
+// startTracing sets up OpenTelemetry tracing as the standard OTEL_*
+// environment asks (tracing.PlanFromEnv; off unless it names an exporter)
+// for command: the global tracer provider, with service.name
+// "foundryq-<command>" unless OTEL_SERVICE_NAME says otherwise, and the W3C
+// propagator. console spans go to stderr. The returned function flushes
+// the spans, for at most 5s.
+func startTracing(ctx context.Context, command string, stderr io.Writer) (func(), error) {
+	plan, err := tracing.PlanFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	tp, err := tracing.NewProvider(ctx, plan, "foundryq-"+command, stderr)
+	if err != nil || tp == nil {
+		return func() {}, err
+	}
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(tracing.Propagator)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(sctx); err != nil {
+			fmt.Fprintln(stderr, "foundryq: flush traces:", err)
+		}
+	}, nil
 }
 
 func printUsage(w io.Writer) {

@@ -33,6 +33,7 @@ type workerFlags struct {
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
 	eventInterval, cancelAudit, foregroundPoll  *time.Duration
+	stuckAfter                                  *time.Duration
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -51,6 +52,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel", positive())
 	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)", positiveOrOff(0))
 	w.foregroundPoll = f.Duration("foreground-poll-timeout", "FOUNDRYQ_FOREGROUND_POLL_TIMEOUT", time.Minute, "how long to poll a foreground response (hosted agents) whose stream broke before the run ends stream_lost", positive())
+	w.stuckAfter = f.Duration("stuck-after", "FOUNDRYQ_STUCK_AFTER", 5*time.Minute, "a run that stores no event for this long counts in the foundryq_runs_stuck gauge", positive())
 	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown", positive())
 	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the failures so far), unless Foundry asks for another", positive())
 	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes", durAtLeast(time.Second))
@@ -120,6 +122,7 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		ShutdownTimeout:       *w.shutdown,
 		ForegroundPollTimeout: *w.foregroundPoll,
 		RetryDelay:            *w.retryDelay,
+		StuckAfter:            *w.stuckAfter,
 		Logger:                log,
 		Provision: consumer.ProvisionConfig{
 			Replicas:     *w.replicas,
