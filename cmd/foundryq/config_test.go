@@ -19,13 +19,16 @@ func TestWorkerPrintConfig(t *testing.T) {
 	t.Setenv("FOUNDRYQ_CONCURRENCY", "8")
 	t.Setenv("FOUNDRYQ_ACK_WAIT", "40s")
 	t.Setenv("NATS_USER", "worker")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel:printSecret4@collector:4318")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer printSecret5")
 	code, stdout, stderr := runCmd(t, context.Background(), "worker", "--foundry-endpoint", "http://127.0.0.1:8089/openai/v1/",
 		"--ack-wait", "45s", "--worker-id", "w-7", "--print-config")
 	if code != 0 {
 		t.Fatalf("--print-config: exit %d: %s", code, stderr)
 	}
+	table, tracing, _ := strings.Cut(stdout, "\n\n")
 	rows := map[string][]string{}
-	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n")[1:] {
+	for _, l := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
 		f := strings.Fields(l)
 		if len(f) != 4 {
 			t.Fatalf("row %q: want SETTING ENVIRONMENT VALUE FROM", l)
@@ -51,7 +54,12 @@ func TestWorkerPrintConfig(t *testing.T) {
 	if got := rows["--nats-url"]; len(got) != 3 || !strings.Contains(got[1], "w:REDACTED@127.0.0.1:") || got[2] != "env" {
 		t.Errorf("--nats-url: %v, want the URL with its password redacted, from env", got)
 	}
-	for _, secret := range []string{"printSecret1", "printSecret2", "printSecret3"} {
+	for _, want := range []string{"tracing: on: otlp (OTLP protocol http/protobuf)\n", "OTEL_EXPORTER_OTLP_ENDPOINT=https://otel:REDACTED@collector:4318\n", "OTEL_EXPORTER_OTLP_HEADERS=[redacted]\n"} {
+		if !strings.Contains(tracing, want) {
+			t.Errorf("--print-config tracing part lacks %q:\n%s", want, tracing)
+		}
+	}
+	for _, secret := range []string{"printSecret1", "printSecret2", "printSecret3", "printSecret4", "printSecret5"} {
 		if strings.Contains(stdout+stderr, secret) {
 			t.Errorf("--print-config shows %s:\n%s", secret, stdout)
 		}

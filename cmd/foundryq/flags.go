@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/foundryq/foundryq/internal/secrets"
@@ -274,23 +273,4 @@ func (f *flags) Arg(i int) string {
 		return ""
 	}
 	return f.args[i]
-}
-
-// printConfig prints every setting's effective value (command line over
-// environment over default) and where it came from; secrets are redacted.
-func (f *flags) printConfig(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SETTING\tENVIRONMENT\tVALUE\tFROM")
-	for _, e := range f.entries {
-		if e.name == "print-config" {
-			continue
-		}
-		env := e.env
-		if env == "" {
-			env = "-"
-		}
-		from := map[string]string{"the command line": "flag", "the environment": "env", "the default": "default"}[f.source(e)]
-		fmt.Fprintf(tw, "--%s\t%s\t%s\t%s\n", e.name, env, f.shown(e), from)
-	}
-	return tw.Flush()
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -172,7 +173,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer up.CloseIdleConnections()
 	if *printConfig {
-		return f.printConfig(stdout)
+		if err := f.printConfig(stdout); err != nil {
+			return err
+		}
+		return printTracing(stdout, os.Environ())
 	}
 	nc, err := nf.connect("foundryq-worker", true)
 	if err != nil {
