@@ -233,3 +233,23 @@ func TestRunsCommand(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestSinceFormat(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		ago  time.Duration
+		want string
+	}{
+		{0, "0s"}, {1400 * time.Millisecond, "1s"}, {59 * time.Second, "59s"}, {61 * time.Second, "1m1s"},
+		{59*time.Minute + 59*time.Second, "59m59s"}, {3*time.Hour + 4*time.Minute, "3h4m"}, {50 * time.Hour, "2d2h"},
+		{-time.Second, "0s"}, // a clock a little ahead
+	} {
+		if got := since(now, now.Add(-c.ago)); got != c.want {
+			t.Errorf("since %s ago = %q, want %q", c.ago, got, c.want)
+		}
+	}
+	if got := since(now, time.Time{}); got != "-" {
+		t.Errorf("since the zero time = %q, want -", got)
+	}
+}
