@@ -61,6 +61,10 @@ type Config struct {
 	// RetryDelay is the delay before a job whose upstream call failed with a
 	// retryable error (429, 5xx, network) is delivered again. Default 2s.
 	RetryDelay time.Duration
+	// ReadyCheckInterval is how long Ready reuses its check that the
+	// streams, consumer and bucket exist, so that a probe hitting /readyz
+	// often costs no JetStream API call. Default 5s.
+	ReadyCheckInterval time.Duration
 	// Provision configures the streams, consumer and bucket the worker
 	// creates (idempotently) at start.
 	Provision ProvisionConfig
@@ -123,6 +127,9 @@ func (c Config) withDefaults() Config {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = 2 * time.Second
 	}
+	if c.ReadyCheckInterval == 0 {
+		c.ReadyCheckInterval = 5 * time.Second
+	}
 	if c.StuckAfter == 0 {
 		c.StuckAfter = 5 * time.Minute
 	}
@@ -162,14 +169,28 @@ func (c Config) validate() error {
 	if c.RetryDelay < 0 {
 		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))
 	}
+	if c.ReadyCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("ready check interval must not be negative, got %s", c.ReadyCheckInterval))
+	}
 	if !events.ValidRunID(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))
 	}
+	if err := c.Provision.withDefaults().validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("consumer: invalid config: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
+
+// ErrInvalidConfig is wrapped by the error New and Validate return for a
+// bad Config (with ErrInvalidProvisionConfig for a bad Provision).
+var ErrInvalidConfig = errors.New("consumer: invalid config")
+
+// Validate checks cfg as New does, after applying the defaults: every
+// value that is out of range is named in the error, with what is accepted.
+func (c Config) Validate() error { return c.withDefaults().validate() }
 
 // defaultWorkerID is "<hostname>-<pid>", with the characters a run id may
 // not hold replaced by '-'.

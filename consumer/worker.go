@@ -56,6 +56,8 @@ type Worker struct {
 	conn    *connWatch
 	maxText int // text bytes per event (eventTextLimit)
 	limiter *createLimiter
+	ready   readiness
+	pubConn atomic.Pointer[nats.Conn] // the event publishing connection, once Run opened it
 
 	// reprovisioning recreates streams, consumer or bucket deleted under
 	// a running worker; at most one at a time.
@@ -158,6 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		defer pubConn.Close()
 	}
+	w.pubConn.Store(pubConn)
 	if w.pub, err = jetstream.New(pubConn); err != nil {
 		return fmt.Errorf("consumer: jetstream: %w", err)
 	}
@@ -187,7 +190,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("ack_wait", w.ackWait).Msg("worker started")
+	w.ready.heartbeat(time.Now())
+	w.ready.running.Store(true)
 	pullErr := w.pull(ctx)
+	w.ready.running.Store(false)
+	w.ready.ended.Store(true)
 	w.shutdown()
 	w.bgWG.Wait()
 	w.log.Info().Msg("worker stopped")
@@ -226,7 +233,15 @@ func (w *Worker) resourcesMissing() {
 	if time.Since(time.Unix(0, w.lastProvision.Load())) < time.Second || !w.reprovisioning.CompareAndSwap(false, true) {
 		return
 	}
+	// Under mu, as shutdown closes stopping: no Add once bgWG.Wait may run.
+	w.mu.Lock()
+	if w.isStopping() {
+		w.mu.Unlock()
+		w.reprovisioning.Store(false)
+		return
+	}
 	w.bgWG.Add(1)
+	w.mu.Unlock()
 	go func() {
 		defer w.bgWG.Done()
 		defer w.reprovisioning.Store(false)
@@ -237,15 +252,19 @@ func (w *Worker) resourcesMissing() {
 			return
 		}
 		w.lastProvision.Store(time.Now().UnixNano())
+		w.ready.invalidate()
 		w.log.Warn().Msg("recreated missing streams, consumer or bucket")
 	}()
 }
 
 // pull fetches jobs while there are free slots, until ctx ends or the NATS
 // connection is closed for good. It never fetches more jobs than it has
-// free slots.
+// free slots. It beats Ready's heartbeat at least once per PollWait.
 func (w *Worker) pull(ctx context.Context) error {
+	idle := time.NewTicker(w.cfg.PollWait)
+	defer idle.Stop()
 	for ctx.Err() == nil {
+		w.ready.heartbeat(time.Now())
 		if w.nc.IsClosed() {
 			return fmt.Errorf("consumer: %w", nats.ErrConnectionClosed)
 		}
@@ -254,6 +273,8 @@ func (w *Worker) pull(ctx context.Context) error {
 		case w.sem <- struct{}{}:
 		case <-ctx.Done():
 			return nil
+		case <-idle.C:
+			continue // every slot busy: alive all the same
 		}
 		slots := 1
 	more:

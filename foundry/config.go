@@ -112,7 +112,7 @@ func (cfg Config) validate() error {
 		}
 	}
 	if !validFieldName(cfg.AgentField) {
-		return configError("AgentField", fmt.Sprintf("%q is not a valid field name", cfg.AgentField))
+		return configError("AgentField", fmt.Sprintf("%q is not a valid field name (want letters, digits, _ or -, at most 64 characters)", cfg.AgentField))
 	}
 	if strings.ContainsAny(cfg.APIKey, "\r\n") {
 		return configError("APIKey", "must not contain line breaks")
@@ -138,6 +138,10 @@ func scopeFor(baseURL string) string {
 	}
 	return ScopeCognitiveServices
 }
+
+// ValidFieldName reports whether s may be Config.AgentField: a JSON field
+// name of letters, digits, '_' and '-', at most 64 characters.
+func ValidFieldName(s string) bool { return validFieldName(s) }
 
 // validFieldName accepts JSON field names we are willing to write: letters,
 // digits, '_' and '-'.
