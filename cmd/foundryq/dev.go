@@ -84,7 +84,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted
 	if *httpAddr != "" {
-		if _, err := serveOps(gctx, g, *httpAddr, reg, stack.Conn); err != nil {
+		if _, err := serveOps(gctx, g, *httpAddr, reg, stack.Conn, false); err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"strings"
 	"time"
@@ -137,6 +138,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	nf := addNATSFlags(f)
 	wf := addWorkerFlags(f, true)
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics and /healthz (empty: off)")
+	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (keep that address private)")
 	lf := addLogFlags(f, "json")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
@@ -174,7 +176,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if *httpAddr != "" {
-		addr, err := serveOps(gctx, g, *httpAddr, reg, nc)
+		addr, err := serveOps(gctx, g, *httpAddr, reg, nc, *profiles)
 		if err != nil {
 			return err
 		}
@@ -185,9 +187,17 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // serveOps serves Prometheus metrics and a health check on addr, in g,
-// until ctx ends. It returns the address it listens on.
-func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn) (string, error) {
+// until ctx ends, and with withPprof Go's profiles at /debug/pprof/. It
+// returns the address it listens on.
+func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn, withPprof bool) (string, error) {
 	mux := http.NewServeMux()
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !nc.IsConnected() {
