@@ -304,7 +304,7 @@ func (b *bench) relay(ctx context.Context) error {
 	}
 	var prof sync.WaitGroup
 	if c.ProfileDir != "" {
-		secs := max(1, int((time.Duration(c.RelayTokens)*c.RelayTokenDelay).Seconds()))
+		secs := max(1, int((time.Duration(c.RelayTokens) * c.RelayTokenDelay).Seconds()))
 		prof.Go(func() { b.profile(ctx, "profile?seconds="+strconv.Itoa(secs), "worker-relay-cpu.pprof") })
 	}
 	p := b.prefix("relay")

@@ -160,4 +160,3 @@ func (b *bench) settle(ctx context.Context, notBefore time.Time, prefixes ...str
 		}
 	}
 }
-
