@@ -76,17 +76,19 @@ func printReport(w io.Writer, r loadtest.Report) {
 		return "MISSED"
 	}
 	fmt.Fprintln(tw, "figure\tfoundryq\tfloor\tratio / target")
-	rl := r.Relay
-	fmt.Fprintf(tw, "relay: worker CPU per token (%d runs x %d tokens, interval %gms)\t%.2f µs\tbare reader %.2f µs\t%.2f (≤ %.0f: %s)\n",
-		rl.Runs, rl.Tokens, rl.EventIntervalMS, rl.WorkerCPUPerToken, rl.ReaderCPUPerToken, rl.Ratio, rl.Target, verdict(rl.Met))
-	fmt.Fprintf(tw, "relay: NATS CPU per stored event (%d events)\t%.2f µs\t\t\n", rl.EventsStored, rl.NATSCPUPerEvent)
-	fmt.Fprintf(tw, "relay: emulator CPU per token (for scale)\t%.2f µs\t\t\n", rl.EmulatorCPUPerToken)
-	rp := r.RawPublish
-	fmt.Fprintf(tw, "throughput: events/s, interval off (raw: %d msgs of %d B)\t%.0f/s\traw JetStream %.0f/s\t%.2f (≥ %.1f: %s)\n",
-		rp.Messages, rp.MessageBytes, rp.FoundryqPerSec, rp.RawPerSec, rp.Ratio, rp.Target, verdict(rp.Met))
+	if rp := r.RawPublish; rp.RawPerSec > 0 {
+		fmt.Fprintf(tw, "throughput: events/s, interval off (raw: %d msgs of %d B)\t%.0f/s\traw JetStream %.0f/s\t%.2f (≥ %.1f: %s)\n",
+			rp.Messages, rp.MessageBytes, rp.FoundryqPerSec, rp.RawPerSec, rp.Ratio, rp.Target, verdict(rp.Met))
+	}
 	for _, pt := range r.Latency.Points {
 		fmt.Fprintf(tw, "latency at %.0f%% (%d runs, %.0f tokens/s): p50 / p99\t%.1f / %.1f ms\tbare reader %.1f / %.1f ms\tadded %.1f / %.1f ms\n",
 			pt.Fraction*100, pt.Runs, pt.OfferedPerSec, pt.Foundryq.P50, pt.Foundryq.P99, pt.Reader.P50, pt.Reader.P99, pt.AddedP50, pt.AddedP99)
+	}
+	if rl := r.Relay; rl.ReaderCPUPerToken > 0 {
+		fmt.Fprintf(tw, "relay: worker CPU per token (%d runs x %d tokens, interval %gms)\t%.2f µs\tbare reader %.2f µs\t%.2f (≤ %.0f: %s)\n",
+			rl.Runs, rl.Tokens, rl.EventIntervalMS, rl.WorkerCPUPerToken, rl.ReaderCPUPerToken, rl.Ratio, rl.Target, verdict(rl.Met))
+		fmt.Fprintf(tw, "relay: NATS CPU per stored event (%d events)\t%.2f µs\t\t\n", rl.EventsStored, rl.NATSCPUPerEvent)
+		fmt.Fprintf(tw, "relay: emulator CPU per token (for scale)\t%.2f µs\t\t\n", rl.EmulatorCPUPerToken)
 	}
 	for _, pt := range r.Memory.Points {
 		fmt.Fprintf(tw, "memory at %d runs: RSS / heap per run, goroutines per run\t%.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",

@@ -54,7 +54,7 @@ func (b *bench) rawPublish(ctx context.Context) error {
 	start := time.Now()
 	for i := range c.RawMessages {
 		msg := &nats.Msg{Subject: subjects[i%len(subjects)], Data: data, Header: hdr}
-		if _, err := js.PublishMsgAsync(msg); err != nil {
+		if _, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute)); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
 	}
