@@ -172,6 +172,11 @@ func defaultHTTPClient() *http.Client {
 		// dial a new connection.
 		t.MaxIdleConns = 1024
 		t.MaxIdleConnsPerHost = 512
+		// Each streaming run holds a connection, and each connection its
+		// buffers, for the run's whole life: a run sends a request or two,
+		// so a small write buffer costs nothing (a larger body is written
+		// in several syscalls) and saves 3 KiB a run.
+		t.WriteBufferSize = 1 << 10
 		return &http.Client{Transport: t}
 	}
 	return &http.Client{Transport: http.DefaultTransport}

@@ -41,7 +41,7 @@ type Config struct {
 
 	// ThroughputRuns and ThroughputTokens: the runs of the throughput phase
 	// (100 tokens/s each, more than the system serves; event interval off).
-	// Default 1,000 runs of 400 tokens (quick: 400 of 150).
+	// Default 1,000 runs of 500 tokens (quick: 400 of 300).
 	ThroughputRuns, ThroughputTokens int
 	// RawMessages is how many events the raw JetStream baseline publishes.
 	// Default 100,000 (quick: 20,000).
@@ -105,7 +105,7 @@ func (c Config) withDefaults() Config {
 	pickD(&c.EventInterval, 50*time.Millisecond, 50*time.Millisecond)
 	pick(&c.TokenRate, 50, 50)
 	pick(&c.ThroughputRuns, 1000, 400)
-	pick(&c.ThroughputTokens, 400, 150)
+	pick(&c.ThroughputTokens, 500, 300)
 	pick(&c.RawMessages, 100_000, 20_000)
 	if c.LatencyFractions == nil {
 		c.LatencyFractions = []float64{0.1, 0.5, 0.9}

@@ -51,6 +51,10 @@ func (b *bench) rawPublish(ctx context.Context) error {
 	for i := range subjects {
 		subjects[i] = fmt.Sprintf("bench.raw.r%d", i)
 	}
+	meter, err := b.meterCPU()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for i := range c.RawMessages {
 		msg := &nats.Msg{Subject: subjects[i%len(subjects)], Data: data, Header: hdr}
@@ -66,6 +70,9 @@ func (b *bench) rawPublish(ctx context.Context) error {
 		return fmt.Errorf("raw publishes not acknowledged after 5m")
 	}
 	secs := time.Since(start).Seconds()
+	if rr.RawCores, err = meter.cores(); err != nil {
+		return err
+	}
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
@@ -78,6 +85,6 @@ func (b *bench) rawPublish(ctx context.Context) error {
 		rr.Ratio = rr.FoundryqPerSec / rr.RawPerSec
 	}
 	rr.Met = rr.Ratio >= TargetRawRatio
-	b.progress("raw publish: %.0f msgs/s; foundryq %.0f events/s (ratio %.2f)", rr.RawPerSec, rr.FoundryqPerSec, rr.Ratio)
+	b.progress("raw publish: %.0f msgs/s (CPU cores used: %v); foundryq %.0f events/s (ratio %.2f)", rr.RawPerSec, rr.RawCores, rr.FoundryqPerSec, rr.Ratio)
 	return nil
 }

@@ -64,6 +64,11 @@ type RawReport struct {
 	Ratio  float64 `json:"ratio"`
 	Target float64 `json:"target_min_ratio"`
 	Met    bool    `json:"met"`
+	// FoundryqCores and RawCores: CPU cores each process used on average
+	// during foundryq's throughput phase and during the raw publishing
+	// (keys worker, nats, emulator, bench).
+	FoundryqCores map[string]float64 `json:"foundryq_cpu_cores"`
+	RawCores      map[string]float64 `json:"raw_cpu_cores"`
 }
 
 // LatencyReport: emulator emit to watcher receive, per token, at fractions

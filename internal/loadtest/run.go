@@ -129,6 +129,44 @@ func (b *bench) records(ctx context.Context, prefix string) (map[string]foundryt
 	return out, nil
 }
 
+// cpuMeter measures the CPU cores each process uses over a span.
+type cpuMeter struct {
+	b     *bench
+	at    time.Time
+	procs map[string]time.Duration
+}
+
+// meterCPU starts measuring.
+func (b *bench) meterCPU() (*cpuMeter, error) {
+	m := &cpuMeter{b: b, at: time.Now()}
+	var err error
+	m.procs, err = b.cpuNow()
+	return m, err
+}
+
+// cores returns the cores each process used since meterCPU.
+func (m *cpuMeter) cores() (map[string]float64, error) {
+	now, err := m.b.cpuNow()
+	if err != nil {
+		return nil, err
+	}
+	secs := time.Since(m.at).Seconds()
+	out := make(map[string]float64, len(now))
+	for k, v := range now {
+		out[k] = math.Round((v-m.procs[k]).Seconds()/secs*100) / 100
+	}
+	return out, nil
+}
+
+// cpuNow reads the CPU time of every process, the bench's own included.
+func (b *bench) cpuNow() (map[string]time.Duration, error) {
+	w, n, e, err := b.usages()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]time.Duration{"worker": w.CPU, "nats": n.CPU, "emulator": e.CPU, "bench": selfCPU()}, nil
+}
+
 // usages reads the CPU and RSS of the worker, NATS and the emulator.
 func (b *bench) usages() (w, n, e ProcUsage, err error) {
 	if w, err = b.sys.worker.usage(); err != nil {
@@ -158,6 +196,16 @@ func (b *bench) throughput(ctx context.Context) error {
 	delay := 10 * time.Millisecond
 	b.progress("throughput: %d runs x %d tokens, a token every %s (%d tokens/s offered), event interval off",
 		c.ThroughputRuns, c.ThroughputTokens, delay, c.ThroughputRuns*int(time.Second/delay))
+	var prof sync.WaitGroup
+	if c.ProfileDir != "" {
+		secs := strconv.Itoa(max(1, int((time.Duration(c.ThroughputTokens) * delay).Seconds())))
+		prof.Go(func() { b.profile(ctx, "profile?seconds="+secs, "worker-throughput-cpu.pprof") })
+		prof.Go(func() { b.profileOf(ctx, "http://"+b.sys.natsOps, "profile?seconds="+secs, "nats-throughput-cpu.pprof") })
+	}
+	meter, err := b.meterCPU()
+	if err != nil {
+		return err
+	}
 	p := b.prefix("max")
 	ids, err := b.submit(ctx, p, c.ThroughputRuns, streamMD(c.ThroughputTokens, delay))
 	if err != nil {
@@ -166,6 +214,10 @@ func (b *bench) throughput(ctx context.Context) error {
 	if err := b.sys.watch.waitAll(ctx, ids, events.TypeRunCompleted, 5*time.Minute); err != nil {
 		return err
 	}
+	if b.rep.RawPublish.FoundryqCores, err = meter.cores(); err != nil {
+		return err
+	}
+	prof.Wait()
 	evs, text := b.sys.watch.steadyRate(ids)
 	if evs <= 0 {
 		return errors.New("no text.delta events to measure")
@@ -182,7 +234,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	b.rep.Latency.MaxTokensPerSec = evs
 	b.rep.RawPublish.FoundryqPerSec = evs
 	tokensPerSec := text * float64(tokens) / float64(max(textLen, 1))
-	b.progress("throughput: %.0f events/s stored (carrying %.0f tokens/s)", evs, tokensPerSec)
+	b.progress("throughput: %.0f events/s stored (carrying %.0f tokens/s); CPU cores used: %v", evs, tokensPerSec, b.rep.RawPublish.FoundryqCores)
 	return nil
 }
 
@@ -349,7 +401,12 @@ func (b *bench) relay(ctx context.Context) error {
 
 // profile saves the worker's /debug/pprof/<what> to ProfileDir/name.
 func (b *bench) profile(ctx context.Context, what, name string) {
-	url := b.sys.metrics[:len(b.sys.metrics)-len("/metrics")] + "/debug/pprof/" + what
+	b.profileOf(ctx, b.sys.metrics[:len(b.sys.metrics)-len("/metrics")], what, name)
+}
+
+// profileOf saves base/debug/pprof/<what> to ProfileDir/name.
+func (b *bench) profileOf(ctx context.Context, base, what, name string) {
+	url := base + "/debug/pprof/" + what
 	data, err := httpGet(ctx, b.sys.hc, url)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(b.cfg.ProfileDir, name), data, 0o644)

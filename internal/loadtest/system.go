@@ -28,6 +28,7 @@ type system struct {
 	emulator *process
 	worker   *process
 	natsURL  string
+	natsOps  string // the NATS process's ops address (with ProfileDir)
 	emuURL   string // root, e.g. http://127.0.0.1:PORT
 	metrics  string // the worker's /metrics URL
 	interval time.Duration
@@ -74,9 +75,18 @@ func startSystem(ctx context.Context, cfg Config) (s *system, err error) {
 		return s, err
 	}
 	s.natsURL = "nats://127.0.0.1:" + strconv.Itoa(natsPort)
-	if s.nats, err = startProcess("nats", cfg.Binary, cfg.Env, "dev", "--nats-port", strconv.Itoa(natsPort),
+	devArgs := []string{"dev", "--nats-port", strconv.Itoa(natsPort),
 		"--data-dir", filepath.Join(s.dir, "jetstream"), "--workers", "0", "--gateway-addr", "", "--http-addr", "",
-		"--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey, "--log-level", "error"); err != nil {
+		"--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey, "--log-level", "error"}
+	if cfg.ProfileDir != "" {
+		opsPort, err := freePort()
+		if err != nil {
+			return s, err
+		}
+		s.natsOps = "127.0.0.1:" + strconv.Itoa(opsPort)
+		devArgs = append(devArgs, "--http-addr", s.natsOps, "--pprof")
+	}
+	if s.nats, err = startProcess("nats", cfg.Binary, cfg.Env, devArgs...); err != nil {
 		return s, err
 	}
 	s.names, _ = events.NewNames("")
