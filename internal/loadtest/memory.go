@@ -53,6 +53,7 @@ func (b *bench) memory(ctx context.Context) error {
 		}
 		if c.ProfileDir != "" && i == len(c.MemoryRuns)-1 {
 			b.profile(ctx, "heap", fmt.Sprintf("worker-heap-%d.pprof", n))
+			b.profile(ctx, "goroutine", fmt.Sprintf("worker-goroutine-%d.pprof", n))
 		}
 		pt := MemoryPoint{Runs: n, RSSBytes: u.RSS, IdleRSSBytes: idle.RSS,
 			RSSPerRun:        float64(u.RSS-idle.RSS) / 1024 / float64(n),
