@@ -200,7 +200,9 @@ func (b *bench) throughput(ctx context.Context) error {
 	if c.ProfileDir != "" {
 		secs := strconv.Itoa(max(1, int((time.Duration(c.ThroughputTokens) * delay).Seconds())))
 		prof.Go(func() { b.profile(ctx, "profile?seconds="+secs, "worker-throughput-cpu.pprof") })
-		prof.Go(func() { b.profileOf(ctx, "http://"+b.sys.natsOps, "profile?seconds="+secs, "nats-throughput-cpu.pprof") })
+		prof.Go(func() {
+			b.profileOf(ctx, "http://"+b.sys.natsOps, "profile?seconds="+secs, "nats-throughput-cpu.pprof")
+		})
 	}
 	meter, err := b.meterCPU()
 	if err != nil {
