@@ -47,7 +47,7 @@ type Config struct {
 	// Default 100,000 (quick: 20,000).
 	RawMessages int
 	// LatencyFractions are the loads of the latency phase, as fractions of
-	// the measured maximum (text.delta events/s, offered as tokens/s). Default 0.1, 0.5, 0.9.
+	// the measured maximum (tokens/s relayed). Default 0.1, 0.5, 0.9.
 	LatencyFractions []float64
 	// LatencyDuration is how long each latency measurement streams.
 	// Default 4s (quick: 1.5s).

@@ -57,8 +57,9 @@ type RawReport struct {
 	Messages     int     `json:"messages"`
 	MessageBytes int     `json:"message_bytes"`
 	RawPerSec    float64 `json:"raw_msgs_per_s"`
-	// FoundryqPerSec: events stored per second by foundryq (one per token,
-	// the interval off) at its maximum.
+	// FoundryqPerSec: text.delta events stored per second by foundryq at
+	// its maximum, the event interval off (a run's tokens merge into one
+	// event only while its previous event awaits its ack).
 	FoundryqPerSec float64 `json:"foundryq_events_per_s"`
 	// Ratio is FoundryqPerSec / RawPerSec.
 	Ratio  float64 `json:"ratio"`
@@ -74,9 +75,11 @@ type RawReport struct {
 // LatencyReport: emulator emit to watcher receive, per token, at fractions
 // of the maximum load, against the bare reader's emit to receive.
 type LatencyReport struct {
-	// MaxTokensPerSec is the measured maximum: tokens relayed per second
-	// with the event interval off, tokens as fast as generated.
+	// MaxTokensPerSec is the measured maximum streaming load: tokens
+	// relayed per second with the event interval off, more offered than
+	// served (merged into MaxEventsPerSec events per second).
 	MaxTokensPerSec float64        `json:"max_tokens_per_s"`
+	MaxEventsPerSec float64        `json:"max_events_per_s"`
 	TokensPerRunSec int            `json:"tokens_per_s_per_run"`
 	Points          []LatencyPoint `json:"points"`
 }
