@@ -16,7 +16,7 @@ const benchChildEnv = "FOUNDRYQ_TEST_AS_COMMAND"
 // TestBenchQuickJSON runs `foundryq bench --quick --json` (its processes
 // are this test binary acting as foundryq) and checks the JSON: the six
 // sections, each with sane figures. It takes about a minute, longer under
-// -race: it runs when FOUNDRYQ_BENCH_SMOKE=1 (.ci/run sets it).
+// -race: it runs when FOUNDRYQ_BENCH_SMOKE=1 (a step of its own in CI).
 func TestBenchQuickJSON(t *testing.T) {
 	if os.Getenv("FOUNDRYQ_BENCH_SMOKE") != "1" {
 		t.Skip("set FOUNDRYQ_BENCH_SMOKE=1 to run the bench smoke test (about a minute)")
