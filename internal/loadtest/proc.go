@@ -33,8 +33,9 @@ func startProcess(name, bin string, env []string, args ...string) (*process, err
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// Its own process group: a terminal's Ctrl-C reaches the bench, which
-	// stops its processes in order.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// stops its processes in order. Should the bench be killed outright,
+	// the kernel ends them (SIGKILL when the parent dies).
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
