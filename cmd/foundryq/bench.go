@@ -91,8 +91,8 @@ func printReport(w io.Writer, r loadtest.Report) {
 		fmt.Fprintf(tw, "relay: emulator CPU per token (for scale)\t%.2f µs\t\t\n", rl.EmulatorCPUPerToken)
 	}
 	for _, pt := range r.Memory.Points {
-		fmt.Fprintf(tw, "memory at %d runs: RSS / heap per run, goroutines per run\t%.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",
-			pt.Runs, pt.RSSPerRun, pt.HeapPerRun, pt.GoroutinesPerRun, r.Memory.Target)
+		fmt.Fprintf(tw, "memory at %d runs: RSS / heap / stacks per run, goroutines per run\t%.1f / %.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",
+			pt.Runs, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun, r.Memory.Target)
 	}
 	if len(r.Memory.Points) > 0 {
 		fmt.Fprintf(tw, "memory: target at the largest load\t\t\t%s\n", verdict(r.Memory.Met))

@@ -58,10 +58,11 @@ func (b *bench) memory(ctx context.Context) error {
 		pt := MemoryPoint{Runs: n, RSSBytes: u.RSS, IdleRSSBytes: idle.RSS,
 			RSSPerRun:        float64(u.RSS-idle.RSS) / 1024 / float64(n),
 			HeapPerRun:       float64(gs.HeapInuse-idleGo.HeapInuse) / 1024 / float64(n),
+			StackPerRun:      float64(gs.StackInuse-idleGo.StackInuse) / 1024 / float64(n),
 			GoroutinesPerRun: float64(gs.Goroutines-idleGo.Goroutines) / float64(n)}
 		mr.Points = append(mr.Points, pt)
 		mr.Met = pt.RSSPerRun <= TargetMemoryPerRun
-		b.progress("memory: %d runs: RSS %.1f KiB/run, heap %.1f KiB/run, %.1f goroutines/run", n, pt.RSSPerRun, pt.HeapPerRun, pt.GoroutinesPerRun)
+		b.progress("memory: %d runs: RSS %.1f KiB/run, heap %.1f KiB/run, stacks %.1f KiB/run, %.1f goroutines/run", n, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun)
 		b.progress("memory: cancelling the %d runs", n)
 		if err := b.cancelAll(ctx, ids); err != nil {
 			return err

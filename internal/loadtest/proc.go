@@ -162,6 +162,8 @@ type GoStats struct {
 	HeapInuse int64
 	// Goroutines is go_goroutines.
 	Goroutines int64
+	// StackInuse is go_memstats_stack_inuse_bytes: goroutine stacks.
+	StackInuse int64
 }
 
 // readGoStats reads heap in use and goroutines from a /metrics page.
@@ -184,6 +186,8 @@ func readGoStats(ctx context.Context, hc *http.Client, url string) (GoStats, err
 			dst = &s.HeapInuse
 		case "go_goroutines":
 			dst = &s.Goroutines
+		case "go_memstats_stack_inuse_bytes":
+			dst = &s.StackInuse
 		default:
 			continue
 		}
@@ -194,8 +198,8 @@ func readGoStats(ctx context.Context, hc *http.Client, url string) (GoStats, err
 		*dst = int64(f)
 		found++
 	}
-	if found != 2 {
-		return s, errors.New("metrics: go_memstats_heap_inuse_bytes or go_goroutines missing")
+	if found != 3 {
+		return s, errors.New("metrics: go_memstats_heap_inuse_bytes, go_memstats_stack_inuse_bytes or go_goroutines missing")
 	}
 	return s, nil
 }

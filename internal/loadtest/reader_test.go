@@ -75,13 +75,13 @@ func TestReadStream(t *testing.T) {
 // TestReadGoStats parses the two gauges from a Prometheus page.
 func TestReadGoStats(t *testing.T) {
 	page := "# HELP go_goroutines Number of goroutines.\n# TYPE go_goroutines gauge\ngo_goroutines 412\n" +
-		"go_memstats_heap_inuse_bytes 1.2345678e+07\ngo_memstats_heap_alloc_bytes 5\n"
+		"go_memstats_heap_inuse_bytes 1.2345678e+07\ngo_memstats_heap_alloc_bytes 5\ngo_memstats_stack_inuse_bytes 65536\n"
 	hs := newPageServer(t, page)
 	got, err := readGoStats(context.Background(), http.DefaultClient, hs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Goroutines != 412 || got.HeapInuse != 12345678 {
+	if got.Goroutines != 412 || got.HeapInuse != 12345678 || got.StackInuse != 65536 {
 		t.Fatalf("%+v", got)
 	}
 	if _, err := readGoStats(context.Background(), http.DefaultClient, newPageServer(t, "go_goroutines 3\n")); err == nil {

@@ -112,6 +112,7 @@ type MemoryPoint struct {
 	IdleRSSBytes     int64   `json:"idle_rss_bytes"`
 	RSSPerRun        float64 `json:"rss_kib_per_run"`
 	HeapPerRun       float64 `json:"heap_kib_per_run"`
+	StackPerRun      float64 `json:"stack_kib_per_run"`
 	GoroutinesPerRun float64 `json:"goroutines_per_run"`
 }
 
