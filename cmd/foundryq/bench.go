@@ -19,15 +19,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quick := f.Bool("quick", "", false, "smaller counts: finishes in under a minute")
 	asJSON := f.Bool("json", "", false, "write the figures to stdout as one JSON object (progress and table go to stderr)")
 	plotFile := f.String("plot", "", "", "draw token latency against load to this file (.png, .svg or .pdf)")
-	profile := f.String("profile", "", "", "save the worker's CPU profile (relay phase) and heap profile (largest memory load) in this directory")
+	profile := f.String("profile", "", "", "save CPU profiles of the worker and NATS (throughput phase) and of the worker (relay phase), and the worker's heap and goroutines (largest memory load) in this directory")
 	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the worker's --event-interval in the relay, cancel, waste and memory phases")
 	memRuns := f.String("memory-runs", "", "", "concurrent runs of the memory phase, comma-separated (default 1000,5000; quick 200,500)")
+	h2c := f.Bool("h2c", "", false, "the worker and the bare reader speak HTTP/2 without TLS to the emulator, as over HTTPS when the service offers HTTP/2 (default: HTTP/1.1)")
 	lf := addLogFlags(f, "console")
 	*lf.level = "error"
 	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
 		return err
 	}
-	cfg := loadtest.Config{Quick: *quick, ProfileDir: *profile, EventInterval: *interval}
+	cfg := loadtest.Config{Quick: *quick, ProfileDir: *profile, EventInterval: *interval, H2C: *h2c}
 	if *memRuns != "" {
 		for _, s := range strings.Split(*memRuns, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -124,11 +125,12 @@ func runBenchReader(ctx context.Context, args []string, stdout, stderr io.Writer
 	tokens := f.Int("tokens", "", 50, "emu_tokens of each response")
 	delay := f.Duration("token-delay", "", 0, "emu_token_ms of each response")
 	out := f.String("out", "", "", "write the result here (default stdout)")
+	h2c := f.Bool("h2c", "", false, "HTTP/2 without TLS")
 	lf := addLogFlags(f, "console")
 	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
 		return err
 	}
-	res, err := loadtest.RunReader(ctx, loadtest.ReaderConfig{BaseURL: *url, APIKey: *key, Prefix: *prefix, Runs: *runs, Tokens: *tokens, TokenDelay: *delay})
+	res, err := loadtest.RunReader(ctx, loadtest.ReaderConfig{BaseURL: *url, APIKey: *key, Prefix: *prefix, Runs: *runs, Tokens: *tokens, TokenDelay: *delay, H2C: *h2c})
 	if err != nil {
 		return err
 	}

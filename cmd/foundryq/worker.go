@@ -27,7 +27,7 @@ import (
 // workerFlags are the settings of a worker (shared by worker and dev).
 type workerFlags struct {
 	endpoint, apiKey, scope, agentField         *string
-	allowHTTP                                   *bool
+	allowHTTP, h2c                              *bool
 	secretsDir, secretHosts                     *string
 	concurrency, maxDeliver, replicas           *int
 	workerID                                    *string
@@ -41,6 +41,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	if withEndpoint {
 		w.endpoint = f.String("foundry-endpoint", "FOUNDRY_ENDPOINT", "", "Foundry v1 base URL: https://RES.openai.azure.com/openai/v1/ or https://RES.services.ai.azure.com/api/projects/PROJECT/openai/v1/")
 		w.allowHTTP = f.Bool("foundry-allow-http", "FOUNDRY_ALLOW_HTTP", false, "allow an http:// --foundry-endpoint on a host other than loopback (an emulator on a private network; never Azure)")
+		w.h2c = f.Bool("foundry-h2c", "FOUNDRY_H2C", false, "speak HTTP/2 without TLS to an http:// --foundry-endpoint (the emulator accepts it; over https HTTP/2 is negotiated by itself)")
 		w.apiKey = f.Secret("foundry-api-key", "FOUNDRY_API_KEY", "Foundry API key; without it Entra ID (DefaultAzureCredential) is used")
 		w.scope = f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host")
 		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference")
@@ -130,7 +131,11 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 }
 
 func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
-	return foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+	c := foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+	if w.h2c != nil {
+		c.CleartextHTTP2 = *w.h2c
+	}
+	return c
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -31,6 +31,10 @@ type Config struct {
 	// relay phase) and a heap profile (at the largest memory load).
 	ProfileDir string
 
+	// H2C makes the worker (--foundry-h2c) and the bare reader speak HTTP/2
+	// without TLS to the emulator, standing in for the HTTP/2 an HTTPS
+	// endpoint negotiates. Default false: HTTP/1.1.
+	H2C bool
 	// EventInterval is the worker's --event-interval in the relay, cancel,
 	// waste and memory phases. Default 50ms, the worker's default. The
 	// throughput and latency phases run with the interval off.

@@ -35,6 +35,9 @@ type ReaderConfig struct {
 	// TokenDelay is emu_token_ms of each response (whole milliseconds).
 	// Default 0.
 	TokenDelay time.Duration
+	// H2C speaks HTTP/2 without TLS (as the worker with --foundry-h2c).
+	// Default false: HTTP/1.1.
+	H2C bool
 }
 
 func (c ReaderConfig) withDefaults() ReaderConfig {
@@ -89,6 +92,10 @@ func RunReader(ctx context.Context, cfg ReaderConfig) (ReaderResult, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = cfg.Runs
+	if cfg.H2C {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
 	hc := &http.Client{Transport: tr}
 	defer hc.CloseIdleConnections()
 	receipts := make([][]receipt, cfg.Runs)

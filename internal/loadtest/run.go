@@ -313,7 +313,7 @@ func (b *bench) runReader(ctx context.Context, rc ReaderConfig) (ReaderResult, e
 	out.Close()
 	p, err := startProcess("bench-reader", b.cfg.Binary, b.cfg.Env, "bench-reader", "--url", b.sys.foundryURL(), "--api-key", apiKey,
 		"--prefix", rc.Prefix, "--runs", strconv.Itoa(rc.Runs), "--tokens", strconv.Itoa(rc.Tokens),
-		"--token-delay", rc.TokenDelay.String(), "--out", out.Name())
+		"--token-delay", rc.TokenDelay.String(), "--out", out.Name(), "--h2c="+strconv.FormatBool(b.cfg.H2C))
 	if err != nil {
 		return ReaderResult{}, err
 	}

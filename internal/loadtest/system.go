@@ -145,6 +145,9 @@ func (s *system) startWorker(ctx context.Context, interval time.Duration) error 
 	if s.cfg.ProfileDir != "" {
 		args = append(args, "--pprof")
 	}
+	if s.cfg.H2C {
+		args = append(args, "--foundry-h2c")
+	}
 	if s.worker, err = startProcess("worker", s.cfg.Binary, s.cfg.Env, args...); err != nil {
 		return err
 	}
