@@ -229,29 +229,37 @@ func (r *run) stopRelay() {
 	<-r.relayDone
 }
 
-// drive runs the upstream reader and decides how the run ends.
+// drive runs the upstream reader and decides how the run ends. The reader
+// runs on this goroutine; an interruption (a cancel, a shutdown, lost
+// ownership, a refused publish: r.ctx ends) is handled on a goroutine
+// started only when it happens, while the reader goes on. A run streaming
+// undisturbed holds one goroutine here, not two.
 func (r *run) drive(req events.RunRequest, pos position) {
 	upCtx, upStop := context.WithCancel(r.hard)
 	defer upStop()
 	readerDone := make(chan outcome, 1)
-	go func() { readerDone <- r.read(upCtx, req, pos) }()
-
-	var out outcome
-	var ended bool
-	select {
-	case out = <-readerDone:
-		ended = true
-	case <-r.ctx.Done():
+	interrupted := make(chan struct{})
+	stopWatch := context.AfterFunc(r.ctx, func() {
+		defer close(interrupted)
 		select {
-		case out = <-readerDone:
-			ended = true
+		case out := <-readerDone: // the reader ended first after all
+			r.conclude(out)
 		default:
+			r.interrupt(readerDone, upStop)
 		}
-	}
-	if ended {
+	})
+	out := r.read(upCtx, req, pos)
+	if stopWatch() {
 		r.conclude(out)
 		return
 	}
+	readerDone <- out
+	<-interrupted
+}
+
+// interrupt ends a run whose context ended while its reader runs, as the
+// cause says; readerDone delivers the reader's outcome once it stops.
+func (r *run) interrupt(readerDone <-chan outcome, upStop context.CancelFunc) {
 	switch cause := context.Cause(r.ctx); {
 	case errors.Is(cause, ErrLostOwnership):
 		upStop()

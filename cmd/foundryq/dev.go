@@ -25,6 +25,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emuAddr := f.String("emulator-addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "address of the Foundry emulator (not started when FOUNDRY_ENDPOINT is set)")
 	workers := f.Int("workers", "FOUNDRYQ_DEV_WORKERS", 1, "in-process workers to run (0: none)")
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics, /healthz and /readyz (empty: off)", hostPortOrEmpty())
+	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (of the whole process: NATS included)")
 	gatewayAddr := f.String("gateway-addr", "FOUNDRYQ_DEV_GATEWAY_ADDR", "127.0.0.1:8080", "address of the HTTP gateway and web console, open without authentication (empty: off)")
 	ef := addEmulatorFlags(f, 25*time.Millisecond)
 	wf := addWorkerFlags(f, true) // with --foundry-endpoint set, dev uses it instead of the emulator
@@ -85,7 +86,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted
 	if *httpAddr != "" {
-		if _, err := serveOps(gctx, g, *httpAddr, reg, stack.Conn, stackReady(stack)); err != nil {
+		if _, err := serveOps(gctx, g, *httpAddr, reg, stack.Conn, stackReady(stack), *profiles); err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
 	}

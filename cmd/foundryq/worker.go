@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"strings"
@@ -27,7 +28,7 @@ import (
 // workerFlags are the settings of a worker (shared by worker and dev).
 type workerFlags struct {
 	endpoint, apiKey, scope, agentField         *string
-	allowHTTP                                   *bool
+	allowHTTP, h2c                              *bool
 	secretsDir, secretHosts                     *string
 	concurrency, maxDeliver, replicas           *int
 	workerID                                    *string
@@ -42,6 +43,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	if withEndpoint {
 		w.endpoint = f.String("foundry-endpoint", "FOUNDRY_ENDPOINT", "", "Foundry v1 base URL: https://RES.openai.azure.com/openai/v1/ or https://RES.services.ai.azure.com/api/projects/PROJECT/openai/v1/")
 		w.allowHTTP = f.Bool("foundry-allow-http", "FOUNDRY_ALLOW_HTTP", false, "allow an http:// --foundry-endpoint on a host other than loopback (an emulator on a private network; never Azure)")
+		w.h2c = f.Bool("foundry-h2c", "FOUNDRY_H2C", false, "speak HTTP/2 without TLS to an http:// --foundry-endpoint (the emulator accepts it; over https HTTP/2 is negotiated by itself)")
 		w.apiKey = f.Secret("foundry-api-key", "FOUNDRY_API_KEY", "Foundry API key; without it Entra ID (DefaultAzureCredential) is used")
 		w.scope = f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host", rule[string]{validScope, `"" (chosen from the endpoint) or an absolute URL such as https://ai.azure.com/.default`})
 		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference", rule[string]{func(v string) bool { return foundry.ValidFieldName(v) }, "a JSON field name of [A-Za-z0-9_-], at most 64 characters"})
@@ -136,7 +138,11 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 }
 
 func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
-	return foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+	c := foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+	if w.h2c != nil {
+		c.CleartextHTTP2 = *w.h2c
+	}
+	return c
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -144,6 +150,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	nf := addNATSFlags(f)
 	wf := addWorkerFlags(f, true)
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics, /healthz and /readyz (empty: off)", hostPortOrEmpty())
+	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (keep that address private)")
 	lf := addLogFlags(f, "json")
 	printConfig := f.Bool("print-config", "", false, "print the effective configuration (flag, environment or default; secrets redacted) after checking it, and exit")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
@@ -194,7 +201,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if *httpAddr != "" {
-		addr, err := serveOps(gctx, g, *httpAddr, reg, nc, w.Ready)
+		addr, err := serveOps(gctx, g, *httpAddr, reg, nc, w.Ready, *profiles)
 		if err != nil {
 			return err
 		}
@@ -206,10 +213,18 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // serveOps serves Prometheus metrics, a liveness check (/healthz: the NATS
 // connection is up) and a readiness check (/readyz: ready says so) on addr,
-// in g, until ctx ends. Both checks answer 200 "ok", or 503 with a one-line
-// reason. It returns the address it listens on.
-func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn, ready func(context.Context) error) (string, error) {
+// in g, until ctx ends, and with withPprof Go's profiles at /debug/pprof/.
+// Both checks answer 200 "ok", or 503 with a one-line reason. It returns
+// the address it listens on.
+func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn, ready func(context.Context) error, withPprof bool) (string, error) {
 	mux := http.NewServeMux()
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !nc.IsConnected() {
