@@ -63,8 +63,8 @@ type Config struct {
 
 // Stack is a running foundryq. Close stops everything it started.
 type Stack struct {
-	NATS     *natsembed.Server  // nil when Config.Cluster was set
-	Cluster  *natsembed.Cluster // nil unless Config.Cluster was set
+	NATS     *natsembed.Server   // nil when Config.Cluster was set
+	Cluster  *natsembed.Cluster  // nil unless Config.Cluster was set
 	Emulator *foundrytest.Server // nil when Config.Foundry.BaseURL was set
 	Upstream *foundry.Client     // the workers' Foundry client
 	Conn     *nats.Conn          // the client's connection
