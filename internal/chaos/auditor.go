@@ -295,32 +295,45 @@ func (a *Auditor) stored(ctx context.Context) (map[string][]events.RunEvent, err
 		return nil, fmt.Errorf("chaos: read events: %w", err)
 	}
 	last := info.State.LastSeq
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
+		// Each batch is read to its end (its goroutine ends with it), at
+		// most up to the last sequence the stream had.
+		batch, err := cons.FetchNoWait(500)
 		if err != nil {
 			return nil, fmt.Errorf("chaos: read events: %w", err)
 		}
-		n := 0
+		n, done := 0, false
+		var bad error
 		for msg := range batch.Messages() {
+			if done || bad != nil {
+				continue
+			}
 			n++
 			ev, err := events.DecodeRunEvent(msg.Data())
 			if err != nil {
-				return nil, fmt.Errorf("chaos: event on %s: %w", msg.Subject(), err)
+				bad = fmt.Errorf("chaos: event on %s: %w", msg.Subject(), err)
+				continue
 			}
 			out[ev.RunID] = append(out[ev.RunID], ev)
 			md, err := msg.Metadata()
 			if err != nil {
-				return nil, fmt.Errorf("chaos: event metadata: %w", err)
+				bad = fmt.Errorf("chaos: event metadata: %w", err)
+				continue
 			}
-			if md.Sequence.Stream >= last {
-				return out, nil
-			}
+			done = md.Sequence.Stream >= last
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		switch err := batch.Error(); {
+		case bad != nil:
+			return nil, bad
+		case done:
+			return out, nil
+		case err != nil && !errors.Is(err, jetstream.ErrNoMessages):
 			return nil, fmt.Errorf("chaos: read events: %w", err)
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("chaos: read events: nothing after a wait, below stream seq %d", last)
+		case n == 0 && time.Now().After(deadline):
+			return nil, fmt.Errorf("chaos: read events: nothing more after 30s, below stream seq %d", last)
+		case n == 0:
+			time.Sleep(20 * time.Millisecond) // the consumer is being set up again (ordered consumers reset)
 		}
 	}
 }
