@@ -139,6 +139,7 @@ func (a *Auditor) Audit(ctx context.Context) (Report, error) {
 		a.auditRun(&rep, id, stored[id], a.emu.Records(id), notes[id])
 	}
 	sort.Strings(rep.Problems)
+	sort.Strings(rep.Failures)
 	return rep, nil
 }
 
@@ -182,11 +183,12 @@ func (a *Auditor) auditRun(rep *Report, id string, evs []events.RunEvent, recs [
 		case events.TypeRunCancelled:
 			rep.Cancelled++
 		case events.TypeRunFailed:
-			code := "?"
+			code, msg := "?", ""
 			if terminal.Error != nil {
-				code = terminal.Error.Code
+				code, msg = terminal.Error.Code, terminal.Error.Message
 			}
 			rep.Failed[code]++
+			rep.Failures = append(rep.Failures, id+": "+code+": "+msg)
 		}
 	}
 	// Upstream: at most one response, the one the events name.

@@ -120,7 +120,7 @@ func TestAuditorFindsBrokenPromises(t *testing.T) {
 	want := Report{Submitted: 7, Completed: 5, Cancelled: 1, LostTokens: 1, DuplicateTokens: 1, ExtraUpstreamResponses: 1,
 		NoTerminal: 1, TokensAfterCancel: 2, ToolCallsAfterCancel: 1, Malformed: 1}
 	got := rep
-	got.Problems, got.Failed = nil, nil
+	got.Problems, got.Failed, got.Failures = nil, nil, nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("report %+v\nwant   %+v", got, want)
 	}

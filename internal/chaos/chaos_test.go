@@ -176,7 +176,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("chaos %s, %s of faults:\n%s", os.Getenv("FOUNDRYQ_CHAOS"), mode.duration, rep.Table())
+	t.Logf("chaos %s, %s of faults:\n%s\nfailed runs:\n%s", os.Getenv("FOUNDRYQ_CHAOS"), mode.duration, rep.Table(), strings.Join(rep.Failures, "\n"))
 	if !rep.OK() {
 		t.Errorf("promises broken:\n%s\n(worker logs in %s)", strings.Join(rep.Problems, "\n"), logDir)
 	}

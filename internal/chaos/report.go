@@ -35,6 +35,9 @@ type Report struct {
 	Malformed int
 	// Problems names every run that broke a promise, and how.
 	Problems []string
+	// Failures names every failed run with its error code and message (a
+	// failure is an outcome, not a broken promise).
+	Failures []string
 }
 
 // OK reports whether every promise held.
