@@ -39,6 +39,25 @@ func TestClusterKillStreamLeader(t *testing.T) {
 		}
 	}
 	publish(10)
+	st, err := js.Stream(ctx, "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "D", Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := c.ConsumerLeader("T", "D"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := c.ConsumerLeader("T", "nope"); !errors.Is(err, natsembed.ErrNoLeader) {
+		t.Fatalf("leader of a missing consumer: %v", err)
+	}
 	leader, err := c.WaitStreamLeader("T", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +92,7 @@ func TestClusterKillStreamLeader(t *testing.T) {
 		t.Fatalf("%d messages, want 20", info.State.Msgs)
 	}
 	// The restarted node catches up: every replica current again.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		info, err = s.Info(ctx)
 		ok := err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 2
