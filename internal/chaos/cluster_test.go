@@ -106,7 +106,16 @@ func leaderLoss(t *testing.T, kills []string, perKill int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("killing node %d, leader of %s", node, stream)
+		streaming := 0
+		for _, f := range wave {
+			if !f.ended() {
+				streaming++
+			}
+		}
+		if streaming == 0 {
+			t.Fatalf("every run had ended before the kill: the test would prove nothing")
+		}
+		t.Logf("killing node %d, leader of %s, with %d of %d runs streaming", node, stream, streaming, len(wave))
 		s.Cluster.Kill(node)
 		next, err := s.Cluster.WaitStreamLeader(stream, 30*time.Second)
 		if err != nil {
@@ -204,6 +213,17 @@ func (f *follower) deltas() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.n
+}
+
+// ended reports whether the follower has seen the terminal event (or
+// stopped).
+func (f *follower) ended() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (f *follower) wait(limit time.Duration) ([]events.RunEvent, error) {
