@@ -124,7 +124,7 @@ func (w *Watch) setupRetrying(from From) error {
 		ctx, cancel := context.WithTimeout(w.ctx, WatchSetupAttempt)
 		err := w.setup(ctx, from)
 		cancel()
-		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		if err == nil || w.ctx.Err() != nil || !lost {
 			return err
 		}
