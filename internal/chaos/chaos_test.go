@@ -85,7 +85,14 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := NewAuditor(js, s.Client.Names(), s.Emulator)
-	fleet := &fleet{t: t, bin: foundryqBin, logDir: logDir, args: []string{
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("FOUNDRYQ_CHAOS_SEED"); v != "" {
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("FOUNDRYQ_CHAOS_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d (FOUNDRYQ_CHAOS_SEED replays the same requests and faults; their timing differs)", seed)
+	fleet := &fleet{t: t, bin: foundryqBin, logDir: logDir, rng: rand.New(rand.NewPCG(seed, 3)), args: []string{
 		"worker", "--nats-url", s.NATS.ClientURL(), "--foundry-endpoint", s.Emulator.BaseURL(),
 		"--http-addr", "", "--ack-wait", chaosAckWait.String(), "--retry-delay", "200ms",
 		"--shutdown-timeout", "5s", "--cancel-audit-delay", "-1s", "--log-level", "warn",
@@ -97,9 +104,6 @@ func TestChaos(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), mode.duration+5*time.Minute)
 	defer cancel()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 12))
-	seed := rng.Uint64()
-	t.Logf("seed %d", seed)
 
 	// Runs and cancels, until the end of the fault period and at least
 	// minRuns runs.
@@ -240,6 +244,7 @@ type fleet struct {
 	args   []string
 	env    []string
 	logDir string
+	rng    *rand.Rand // picks the worker a fault hits (used by the fault loop only)
 
 	mu    sync.Mutex
 	n     int // workers started so far
@@ -275,7 +280,7 @@ func (f *fleet) start() {
 func (f *fleet) take() (*exec.Cmd, chan error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := rand.IntN(len(f.procs))
+	i := f.rng.IntN(len(f.procs))
 	cmd, done := f.procs[i], f.waits[i]
 	f.procs = append(f.procs[:i], f.procs[i+1:]...)
 	f.waits = append(f.waits[:i], f.waits[i+1:]...)
@@ -299,7 +304,7 @@ func (f *fleet) term() {
 // pause SIGSTOPs a random worker for d, then SIGCONTs it.
 func (f *fleet) pause(d time.Duration) {
 	f.mu.Lock()
-	cmd := f.procs[rand.IntN(len(f.procs))]
+	cmd := f.procs[f.rng.IntN(len(f.procs))]
 	f.mu.Unlock()
 	_ = cmd.Process.Signal(syscall.SIGSTOP)
 	time.Sleep(d) // how long the process stays frozen
