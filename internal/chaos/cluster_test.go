@@ -146,6 +146,11 @@ func leaderLoss(t *testing.T, kills []string, perKill int) {
 		}
 		if len(evs) == 0 || !evs[len(evs)-1].Type.Terminal() {
 			t.Errorf("watcher of %s: %d events, no terminal event", f.runID, len(evs))
+			continue
+		}
+		// What the watcher saw live is the whole text, once.
+		if recs := s.Emulator.Records(f.runID); len(recs) == 1 && relayedText(evs) != recs[0].Text {
+			t.Errorf("watcher of %s saw text %q, generated %q", f.runID, clip(relayedText(evs)), clip(recs[0].Text))
 		}
 	}
 }
