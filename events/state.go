@@ -77,6 +77,12 @@ type RunState struct {
 // Finished reports whether the run has ended.
 func (s RunState) Finished() bool { return s.Status.Finished() }
 
+// StateReadTimeout bounds ReadState when its context has no deadline (as
+// nats.go's jetstream bounds its API calls): a request lost with the node
+// that was to answer it (a stream leader that died, in a cluster) then
+// fails instead of waiting for ever, and the caller can try again.
+const StateReadTimeout = 5 * time.Second
+
 // ReadState reads the state record of runID from the state bucket named
 // bucket, with its revision: an error wrapping ErrStateNotFound if there is
 // none, ErrStateCorrupt (and the revision) if it is not a RunState.
@@ -93,6 +99,11 @@ func ReadState(ctx context.Context, nc *nats.Conn, bucket, runID string) (RunSta
 	req, _ := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{"$KV." + bucket + "." + runID})
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, StateReadTimeout)
+		defer cancel()
+	}
 	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {
 		return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, err)

@@ -8,7 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // From says where a Watch starts.
@@ -77,7 +80,7 @@ func (c *Client) Watch(ctx context.Context, runID string, opts WatchOptions) *Wa
 		w.hbStop, w.hbDone = stop, make(chan struct{})
 		go w.heartbeat(hctx, interval)
 	}
-	if err := w.setup(opts.From); err != nil {
+	if err := w.setupRetrying(opts.From); err != nil {
 		w.err = err
 		w.stopHeartbeat()
 	}
@@ -108,8 +111,30 @@ func (w *Watch) stopHeartbeat() {
 	}
 }
 
-func (w *Watch) setup(from From) error {
-	ctx := w.ctx
+// WatchSetupAttempt bounds each attempt to set a Watch up (reading the
+// run's last event, creating its consumer). An attempt that takes longer
+// lost a request (a JetStream cluster changing the stream's leader drops
+// the requests the old leader had): it is made again, with backoff, for
+// as long as the Watch's context lives.
+const WatchSetupAttempt = 5 * time.Second
+
+func (w *Watch) setupRetrying(from From) error {
+	b := retry.Backoff(50*time.Millisecond, 2*time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(w.ctx, WatchSetupAttempt)
+		err := w.setup(ctx, from)
+		cancel()
+		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || w.ctx.Err() != nil || !lost {
+			return err
+		}
+		if !retry.Sleep(w.ctx, b.NextBackOff()) {
+			return err
+		}
+	}
+}
+
+func (w *Watch) setup(ctx context.Context, from From) error {
 	subject := w.c.names.EventSubject(w.runID)
 	stream, err := w.c.js.Stream(ctx, w.c.names.EventsStream())
 	if err != nil {
