@@ -57,8 +57,11 @@ func leaderLoss(t *testing.T, kills []string, perKill int) {
 		Workers: 2,
 		Worker: consumer.Config{WorkerID: "cl", Provision: consumer.ProvisionConfig{
 			Replicas: 3,
-			// A job whose lease a failover interrupted comes back soon.
-			AckWait: 5 * time.Second,
+			// A job whose lease a failover interrupted comes back soon;
+			// longer than events.StateReadTimeout (5s), so that a state
+			// read lost with a dying leader cannot by itself cost the
+			// owner its lease mid-create.
+			AckWait: 10 * time.Second,
 		}},
 		Client: events.ClientConfig{CancelTimeout: 30 * time.Second},
 	})
