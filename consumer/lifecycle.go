@@ -97,18 +97,23 @@ func budgetSpent(s events.RunState, maxFailures int) bool {
 }
 
 // startCreate records, before the create is sent, that a create is being
-// started. A run has at most one upstream response, ever: a record that
-// already has a response id or a create started refuses.
-func startCreate(s *events.RunState, o owner, now time.Time) error {
+// started, marked with the time mark. A run has at most one upstream
+// response, ever: a record that already has a response id or another
+// create mark refuses. The owner's own mark is a write of this very
+// transition that landed although its answer was lost (a stream leader
+// dying with it): nothing was sent yet, and it is not written again.
+func startCreate(s *events.RunState, o owner, mark time.Time) error {
 	switch {
 	case s.Finished():
 		return errFinished
 	case !o.owns(s):
 		return errNotOwner
+	case s.ResponseID == "" && s.CreateStartedAt != nil && s.CreateStartedAt.Equal(mark):
+		return errSkipUpdate
 	case s.ResponseID != "" || s.CreateStartedAt != nil:
 		return errCreateStarted
 	}
-	s.CreateStartedAt = &now
+	s.CreateStartedAt = &mark
 	return nil
 }
 

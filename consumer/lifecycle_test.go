@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -111,8 +112,27 @@ func TestCreateTransitions(t *testing.T) {
 		if err := startCreate(&s, me, t0); err != nil || s.CreateStartedAt == nil {
 			t.Fatalf("%v %+v", err, s)
 		}
-		if err := startCreate(&s, me, t0); !errors.Is(err, errCreateStarted) {
+		if err := startCreate(&s, me, t0.Add(time.Second)); !errors.Is(err, errCreateStarted) {
 			t.Fatalf("second start: %v, want errCreateStarted", err)
+		}
+		// The same mark again: a retried write whose first try landed.
+		if err := startCreate(&s, me, t0); !errors.Is(err, errSkipUpdate) {
+			t.Fatalf("retried start: %v, want errSkipUpdate", err)
+		}
+		// A mark read back from the bucket (JSON) is still the same mark,
+		// to the nanosecond.
+		mark := time.Now().UTC()
+		fresh := running()
+		if err := startCreate(&fresh, me, mark); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(fresh)
+		var back events.RunState
+		if err := json.Unmarshal(data, &back); err != nil {
+			t.Fatal(err)
+		}
+		if err := startCreate(&back, me, mark); !errors.Is(err, errSkipUpdate) {
+			t.Fatalf("retried start after a round trip: %v, want errSkipUpdate", err)
 		}
 		if err := createRefused(&s, me); err != nil || s.CreateStartedAt != nil {
 			t.Fatalf("refused: %v %+v", err, s)

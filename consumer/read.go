@@ -132,8 +132,9 @@ func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Strea
 	if r.ctx.Err() != nil {
 		return nil, outcome{err: context.Cause(r.ctx), noResponse: true, upstreamSeq: -1}
 	}
+	mark := time.Now().UTC() // the same on every retry of the write
 	if _, err := r.persist("record the create", func(s *events.RunState, _ bool) error {
-		return startCreate(s, r.owner, time.Now().UTC())
+		return startCreate(s, r.owner, mark)
 	}); err != nil {
 		return nil, r.stateOutcome(err)
 	}
