@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // From says where a Watch starts.
@@ -58,8 +61,10 @@ type Watch struct {
 }
 
 // Watch starts following runID's events. ctx bounds the whole watch (when
-// it ends, heartbeats stop and Next fails with its cause). Setup errors
-// (a bad run id, a missing events stream) are returned by the first Next.
+// it ends, heartbeats stop and Next fails with its cause). While JetStream
+// cannot answer for a moment (a fail-over on a cluster), the setup waits
+// for it within ctx. Setup errors (a bad run id, a missing events stream)
+// are returned by the first Next.
 // Heartbeats start at once, even before the first Next.
 func (c *Client) Watch(ctx context.Context, runID string, opts WatchOptions) *Watch {
 	wctx, cancel := context.WithCancelCause(ctx)
@@ -108,8 +113,29 @@ func (w *Watch) stopHeartbeat() {
 	}
 }
 
+// setupAttempt bounds one attempt at a watch's setup: while a stream has
+// no leader (a JetStream fail-over) its API requests go unanswered, and
+// the next attempt may reach the new leader.
+const setupAttempt = 5 * time.Second
+
+// setup looks the run up and starts the consumer, retrying (with backoff,
+// within the Watch's context) while JetStream is unavailable for a moment:
+// a request not answered in setupAttempt, or a 503 during a fail-over.
 func (w *Watch) setup(from From) error {
-	ctx := w.ctx
+	b := retry.Backoff(100*time.Millisecond, 2*time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(w.ctx, setupAttempt)
+		err := w.setupOnce(ctx, from)
+		cancel()
+		if err == nil || w.ctx.Err() != nil || !jserr.Unavailable(err) {
+			return err
+		}
+		retry.Sleep(w.ctx, b.NextBackOff())
+	}
+}
+
+func (w *Watch) setupOnce(ctx context.Context, from From) error {
+	w.queue, w.lastSeq = nil, 0
 	subject := w.c.names.EventSubject(w.runID)
 	stream, err := w.c.js.Stream(ctx, w.c.names.EventsStream())
 	if err != nil {
