@@ -216,20 +216,16 @@ func dig(t *testing.T, v any, path ...string) any {
 	return v
 }
 
-// TestKubernetesManifests checks the numbers that must agree across files.
+// TestKubernetesManifests checks the numbers that must agree across files,
+// in what kustomize renders from deploy/k8s.
 func TestKubernetesManifests(t *testing.T) {
-	deployment := readYAML(t, "deployment.yaml")
-	scaled := readYAML(t, "scaledobject.yaml")
+	docs := kustomizeBuild(t)
+	deployment := rendered(t, docs, "Deployment/foundryq-worker")
+	scaled := rendered(t, docs, "ScaledObject/foundryq-worker")
 
 	pod := dig(t, deployment, "spec", "template", "spec").(map[string]any)
-	container := dig(t, pod, "containers").([]any)[0].(map[string]any)
-	env := map[string]string{}
-	for _, e := range container["env"].([]any) {
-		m := e.(map[string]any)
-		if v, ok := m["value"].(string); ok {
-			env[m["name"].(string)] = v
-		}
-	}
+	container := workerContainer(t, deployment)
+	env := envValues(container)
 
 	trigger := dig(t, scaled, "spec", "triggers").([]any)[0].(map[string]any)
 	meta := trigger["metadata"].(map[string]any)
