@@ -74,6 +74,10 @@ type RunState struct {
 // Finished reports whether the run has ended.
 func (s RunState) Finished() bool { return s.Status.Finished() }
 
+// StateReadTimeout bounds a ReadState whose context has no deadline, as
+// the jetstream package bounds its API calls (its default timeout).
+const StateReadTimeout = 5 * time.Second
+
 // ReadState reads the state record of runID from the state bucket named
 // bucket, with its revision: an error wrapping ErrStateNotFound if there is
 // none, ErrStateCorrupt (and the revision) if it is not a RunState.
@@ -83,9 +87,17 @@ func (s RunState) Finished() bool { return s.Status.Finished() }
 // not have applied the latest write, while the workers' compare-and-set
 // decisions and a client that has just seen a run's terminal event must
 // read the record as last written.
+//
+// A ctx without a deadline is bounded by StateReadTimeout: a request sent
+// while the bucket's stream elects a leader may never be answered.
 func ReadState(ctx context.Context, nc *nats.Conn, bucket, runID string) (RunState, uint64, error) {
 	if !ValidRunID(runID) {
 		return RunState{}, 0, fmt.Errorf("events: get state: run id %q: %w", runID, ErrBadRunID)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, StateReadTimeout)
+		defer cancel()
 	}
 	req, _ := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
