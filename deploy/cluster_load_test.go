@@ -202,8 +202,18 @@ func (c *cluster) check(ctx context.Context, t *testing.T, l *load) {
 	var (
 		outcome  = map[string]int{}
 		problems []string
+		moved    int // runs started more than once: a fault hit them mid-run
 	)
 	for _, r := range l.runs {
+		starts := 0
+		for _, ev := range r.events {
+			if ev.Type == events.TypeRunStarted {
+				starts++
+			}
+		}
+		if starts > 1 {
+			moved++
+		}
 		end := "none"
 		if len(r.events) > 0 {
 			last := r.events[len(r.events)-1]
@@ -227,6 +237,7 @@ func (c *cluster) check(ctx context.Context, t *testing.T, l *load) {
 	for _, k := range keys {
 		fmt.Fprintf(&table, "%-28s %6d\n", k, outcome[k])
 	}
+	fmt.Fprintf(&table, "%-28s %6d\n", "started more than once", moved)
 	fmt.Fprintf(&table, "%-28s %6d\n", "runs with a problem", len(problems))
 	t.Logf("cluster run outcome:\n%s", table.String())
 	for i, p := range problems {
