@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/internal/jserr"
@@ -120,18 +121,31 @@ const setupAttempt = 5 * time.Second
 
 // setup looks the run up and starts the consumer, retrying (with backoff,
 // within the Watch's context) while JetStream is unavailable for a moment:
-// a request not answered in setupAttempt, or a 503 during a fail-over.
+// a request not answered in setupAttempt, a 503, or no responder to a
+// request to the existing stream, as during a fail-over.
 func (w *Watch) setup(from From) error {
 	b := retry.Backoff(100*time.Millisecond, 2*time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(w.ctx, setupAttempt)
 		err := w.setupOnce(ctx, from)
 		cancel()
-		if err == nil || w.ctx.Err() != nil || !jserr.Unavailable(err) {
+		if err == nil || w.ctx.Err() != nil || !(jserr.Unavailable(err) || errors.Is(err, errNotServing)) {
 			return err
 		}
 		retry.Sleep(w.ctx, b.NextBackOff())
 	}
+}
+
+// errNotServing marks a request to the events stream that nothing
+// answered although the stream exists (its info was just read): during a
+// fail-over its replicas may not serve direct gets yet.
+var errNotServing = errors.New("the events stream is not serving requests yet")
+
+func notServing(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w: %w", errNotServing, err)
+	}
+	return err
 }
 
 func (w *Watch) setupOnce(ctx context.Context, from From) error {
@@ -142,6 +156,7 @@ func (w *Watch) setupOnce(ctx context.Context, from From) error {
 		return fmt.Errorf("events: watch run %s: open stream %s: %w", w.runID, w.c.names.EventsStream(), err)
 	}
 	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	err = notServing(err)
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("events: watch run %s: read last event: %w", w.runID, err)
 	}
@@ -168,6 +183,7 @@ func (w *Watch) setupOnce(ctx context.Context, from From) error {
 		occ.OptStartSeq = last.Sequence + 1
 	}
 	cons, err := w.c.js.OrderedConsumer(ctx, w.c.names.EventsStream(), occ)
+	err = notServing(err)
 	if err != nil {
 		return fmt.Errorf("events: watch run %s: create consumer: %w", w.runID, err)
 	}
