@@ -9,10 +9,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/internal/retry"
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // How a cancel reaches the server, and who calls Foundry's cancel.
@@ -92,26 +96,42 @@ func (w *Worker) onCancelNotice(m *nats.Msg) {
 		return
 	}
 	if r := w.owned(runID); r != nil {
-		r.log.Info().Msg("cancel requested")
-		r.requestCancel(req.Reason)
+		r.logger().Info().Msg("cancel requested")
+		r.requestCancel(req.Reason, trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)))
 	}
 }
 
-// requestCancel stops the run for a cancel request heard directly.
-func (r *run) requestCancel(note string) {
+// requestCancel stops the run for a cancel request heard directly; from is
+// the span of the cancel's answer (if traced), linked from the run's cancel
+// span.
+func (r *run) requestCancel(note string, from trace.SpanContext) {
 	r.mu.Lock()
 	if r.cancelNote == "" {
 		r.cancelNote = note
+	}
+	if !r.cancelFrom.IsValid() {
+		r.cancelFrom = from
 	}
 	r.mu.Unlock()
 	r.stop(ErrCancelRequested)
 }
 
 // onCancelRequest answers one cancel request.
+//
+// Its span "foundryq cancel answer" continues the trace context of the
+// request and links to the run's trace.
 func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 	start := time.Now()
 	reply := events.CancelReply{}
 	runID, ok := w.names.RunIDFromSubject(m.Subject)
+	ctx, span := w.tracer.Start(tracing.Extract(ctx, m.Header), "foundryq cancel answer", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("foundryq.run_id", runID), attribute.String("foundryq.worker", w.cfg.WorkerID)))
+	defer span.End()
+	if ok && span.IsRecording() {
+		if sc := w.runSpan(ctx, runID); sc.IsValid() {
+			span.AddLink(trace.Link{SpanContext: sc})
+		}
+	}
 	if !ok {
 		reply.Error = "subject " + m.Subject + " does not name a valid run id"
 	} else if req, err := events.DecodeCancelRequest(m.Data); err != nil {
@@ -130,6 +150,10 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 	result := string(reply.Result)
 	if reply.Error != "" {
 		result = "error"
+	}
+	span.SetAttributes(attribute.String("foundryq.cancel_result", result))
+	if reply.Error != "" {
+		span.SetStatus(codes.Error, reply.Error)
 	}
 	w.m.cancelRequests.WithLabelValues(result).Inc()
 	w.m.cancelReplySeconds.Observe(time.Since(start).Seconds())
@@ -187,10 +211,10 @@ func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.Cance
 	}
 	reply := events.CancelReply{RunID: runID, Result: events.CancelCancelling}
 	if r := w.owned(runID); r != nil {
-		r.log.Info().Msg("cancel requested")
-		r.requestCancel(req.Reason)
+		r.logger().Info().Msg("cancel requested")
+		r.requestCancel(req.Reason, trace.SpanContextFromContext(ctx))
 	} else {
-		w.noticeOwner(runID, body)
+		w.noticeOwner(ctx, runID, body)
 	}
 	if st.ResponseID != "" {
 		resp, err := w.up.Cancel(ctx, st.ResponseID)
@@ -211,13 +235,29 @@ func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.Cance
 
 // noticeOwner tells the run's owner about a cancel now on record: the owner
 // may have taken the run after the request was first delivered.
-func (w *Worker) noticeOwner(runID string, body []byte) {
+// The notice carries the trace context of ctx.
+func (w *Worker) noticeOwner(ctx context.Context, runID string, body []byte) {
 	m := nats.NewMsg(w.names.CancelSubject(runID))
 	m.Data = body
 	m.Header.Set(events.HeaderCancelNotice, w.cfg.WorkerID)
+	tracing.Inject(ctx, m.Header)
 	if err := w.nc.PublishMsg(m); err != nil {
 		w.log.Warn().Err(err).Str("run_id", runID).Msg("tell the owner about the cancel")
 	}
+}
+
+// runSpan is the span a cancel's span links to: the run's own span if this
+// worker owns the run, else the span its request was submitted under (from
+// the job's headers), else none.
+func (w *Worker) runSpan(ctx context.Context, runID string) trace.SpanContext {
+	if r := w.owned(runID); r != nil {
+		return r.span.SpanContext()
+	}
+	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(tracing.Extract(context.Background(), job.Header))
 }
 
 // cancelNotTaken ends a run that no worker has taken: the record says
@@ -274,7 +314,11 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 		}
 	}
 	w.m.runsCancelled.WithLabelValues(events.ReasonRequested).Inc()
-	w.m.runsFinished.WithLabelValues(string(events.TypeRunCancelled)).Inc()
+	var submitted time.Time
+	if job != nil {
+		submitted = job.Time
+	}
+	w.m.runEnded(end, submitted)
 	return events.CancelReply{RunID: runID, Result: events.CancelCancelled}, nil
 }
 
@@ -300,7 +344,7 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 	m, err := r.w.res.Cancels.GetLastMsgForSubject(r.hard, r.w.names.CancelRecordSubject(r.id))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			r.log.Warn().Err(err).Msg("read the cancels stream")
+			r.logger().Warn().Err(err).Msg("read the cancels stream")
 		}
 		return nil
 	}
@@ -309,7 +353,7 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 	if _, err := r.persist("record the cancel", func(s *events.RunState, exists bool) error {
 		return recordCancel(s, exists, rec)
 	}); err != nil && !errors.Is(err, errSkipUpdate) {
-		r.log.Warn().Err(err).Msg("record the stored cancel in the state bucket")
+		r.logger().Warn().Err(err).Msg("record the stored cancel in the state bucket")
 	}
 	return &rec
 }
@@ -318,8 +362,20 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 // cancel as soon as the response id exists, stop relaying, confirm the
 // upstream terminal status, and end the run as run.cancelled. However long
 // the create takes, the run ends only once Foundry was asked to cancel.
+//
+// Its span "foundryq run cancel" is a child of the run's span, linked to
+// the cancel request's span when the cancel came from one.
 func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.CancelFunc) {
-	r.log.Info().Str("reason", reason).Msg("cancelling the run upstream")
+	r.mu.Lock()
+	from := r.cancelFrom
+	r.mu.Unlock()
+	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("foundryq.reason", reason))}
+	if from.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: from}))
+	}
+	hard, span := r.w.tracer.Start(r.hard, "foundryq run cancel", opts...)
+	defer span.End()
+	r.logger().Info().Str("reason", reason).Msg("cancelling the run upstream")
 	r.recordOwnCancel(reason)
 	id := r.currentResponseID()
 	if id == "" {
@@ -341,13 +397,13 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 		r.finishCancelled(reason, nil, reachUnknown)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.hard, r.w.cfg.CancelConfirmTimeout)
+	ctx, cancel := context.WithTimeout(hard, r.w.cfg.CancelConfirmTimeout)
 	defer cancel()
 	resp, err := r.cancelUpstream(ctx, id)
 	if err == nil && resp.Terminal() && resp.Status != foundry.StatusCancelled {
 		// Foundry finished the response before the cancel reached it: the
 		// run ends as Foundry ended it, with every token relayed.
-		r.log.Info().Str("upstream_status", resp.Status).Msg("the response had already ended upstream; relaying its end")
+		r.logger().Info().Str("upstream_status", resp.Status).Msg("the response had already ended upstream; relaying its end")
 		select {
 		case out := <-readerDone:
 			if out.terminal != nil || out.cancelledUpstream != nil {
@@ -389,7 +445,7 @@ func (r *run) cancelUpstream(ctx context.Context, id string) (*foundry.Response,
 		}
 		r.w.m.upstreamErrors.WithLabelValues("cancel").Inc()
 		if ctx.Err() != nil || !(retryable(err) || r.notYetVisible(err)) {
-			r.log.Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
+			r.logger().Warn().Err(err).Str("response_id", id).Msg("cancel upstream")
 			return nil, err
 		}
 		retry.Sleep(ctx, retryDelay(err, b.NextBackOff()))
@@ -411,7 +467,7 @@ func (r *run) recordOwnCancel(reason string) {
 	if err == nil {
 		r.setState(st)
 	} else if !isDecision(err) {
-		r.log.Warn().Err(err).Msg("record the cancel in the state bucket")
+		r.logger().Warn().Err(err).Msg("record the cancel in the state bucket")
 	}
 }
 
@@ -433,7 +489,7 @@ func (r *run) confirm(ctx context.Context, id string, last *foundry.Response) *f
 			}
 		}
 		if ctx.Err() != nil {
-			r.log.Warn().Str("response_id", id).Msg("Foundry did not confirm a terminal status in time")
+			r.logger().Warn().Str("response_id", id).Msg("Foundry did not confirm a terminal status in time")
 			return last
 		}
 		retry.Sleep(ctx, b.NextBackOff())
@@ -460,7 +516,6 @@ func (w *Worker) audit(runID, responseID string) {
 		if err != nil || resp.Status != foundry.StatusCompleted {
 			return
 		}
-		w.m.completedAfterCancl.Inc()
 		w.log.Warn().Str("run_id", runID).Str("response_id", responseID).
 			Msg("Foundry completed the response after reporting it cancelled; the run stays cancelled")
 		if _, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
@@ -468,5 +523,8 @@ func (w *Worker) audit(runID, responseID string) {
 		}); err != nil {
 			w.log.Warn().Err(err).Str("run_id", runID).Msg("record the upstream status")
 		}
+		// Counted once the record says so: whoever sees the count sees
+		// the upstream status in the run's state.
+		w.m.completedAfterCancl.Inc()
 	}()
 }

@@ -308,7 +308,12 @@ func TestCompletedDespiteCancelStaysCancelled(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	reg := prometheus.NewRegistry()
-	e.startWorker(consumer.Config{WorkerID: "despite", Registerer: reg, CancelAuditDelay: time.Second})
+	// The audit reads the response back once, CancelAuditDelay after the
+	// cancel; the emulator completes it about 0.6 s after the cancel (60
+	// tokens, 10 ms apart), so the delay leaves a wide margin on a loaded
+	// machine, and the test checks that the margin held.
+	const auditDelay = 5 * time.Second
+	e.startWorker(consumer.Config{WorkerID: "despite", Registerer: reg, CancelAuditDelay: auditDelay})
 	e.submit(request("despite-1", map[string]string{"emu_tokens": "60", "emu_token_ms": "10", "emu_complete_despite_cancel": "1"}))
 	e.waitEvent("despite-1", events.TypeTextDelta, 10*time.Second)
 	e.cancel("despite-1")
@@ -317,7 +322,14 @@ func TestCompletedDespiteCancelStaysCancelled(t *testing.T) {
 		t.Fatalf("last event %+v, want run.cancelled with upstream status cancelled", last)
 	}
 	// Foundry finishes the response anyway; the audit notices.
-	eventually(t, 10*time.Second, "the audit to record the completion", func() bool {
+	cancelled := time.Now()
+	eventually(t, auditDelay, "the emulator to complete the response despite the cancel", func() bool {
+		return e.upstreamStatus("despite-1") == "completed"
+	})
+	if waited := time.Since(cancelled); waited > auditDelay*3/4 {
+		t.Logf("the emulator took %s to complete the response; the audit (after %s) may read it too early", waited, auditDelay)
+	}
+	eventually(t, 3*auditDelay, "the audit to record the completion", func() bool {
 		return counter(t, reg, "foundryq_completed_after_cancel_total", "") == 1
 	})
 	st, _, err := e.client.State(context.Background(), "despite-1")

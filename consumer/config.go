@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/secrets"
@@ -60,6 +61,10 @@ type Config struct {
 	// RetryDelay is the delay before a job whose upstream call failed with a
 	// retryable error (429, 5xx, network) is delivered again. Default 2s.
 	RetryDelay time.Duration
+	// ReadyCheckInterval is how long Ready reuses its check that the
+	// streams, consumer and bucket exist, so that a probe hitting /readyz
+	// often costs no JetStream API call. Default 5s.
+	ReadyCheckInterval time.Duration
 	// Provision configures the streams, consumer and bucket the worker
 	// creates (idempotently) at start.
 	Provision ProvisionConfig
@@ -74,6 +79,16 @@ type Config struct {
 	// logged. Default nil: every reference is refused (the run fails
 	// invalid_request).
 	Secrets *secrets.Resolver
+	// StuckAfter is how long a run this worker owns may store no event
+	// before the runs_stuck gauge counts it. Default 5m.
+	StuckAfter time.Duration
+	// TracerProvider makes the worker's spans: "foundryq run" (continuing
+	// the trace context in the run request's headers), "foundry <op>" for
+	// each Foundry call, "foundryq cancel answer" and "foundryq run cancel".
+	// Default: the global provider (otel.SetTracerProvider), a no-op one
+	// unless the program set one up; trace context in the requests is
+	// carried on to events and Foundry calls either way.
+	TracerProvider trace.TracerProvider
 	// Logger receives the worker's logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Registerer receives the worker's Prometheus metrics. Default: none
@@ -112,6 +127,12 @@ func (c Config) withDefaults() Config {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = 2 * time.Second
 	}
+	if c.ReadyCheckInterval == 0 {
+		c.ReadyCheckInterval = 5 * time.Second
+	}
+	if c.StuckAfter == 0 {
+		c.StuckAfter = 5 * time.Minute
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -142,17 +163,34 @@ func (c Config) validate() error {
 	if c.PollWait < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("poll wait must be at least 100ms, got %s", c.PollWait))
 	}
+	if c.StuckAfter < time.Second {
+		errs = append(errs, fmt.Errorf("stuck after must be at least 1s, got %s", c.StuckAfter))
+	}
 	if c.RetryDelay < 0 {
 		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))
+	}
+	if c.ReadyCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("ready check interval must not be negative, got %s", c.ReadyCheckInterval))
 	}
 	if !events.ValidRunID(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))
 	}
+	if err := c.Provision.withDefaults().validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("consumer: invalid config: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
+
+// ErrInvalidConfig is wrapped by the error New and Validate return for a
+// bad Config (with ErrInvalidProvisionConfig for a bad Provision).
+var ErrInvalidConfig = errors.New("consumer: invalid config")
+
+// Validate checks cfg as New does, after applying the defaults: every
+// value that is out of range is named in the error, with what is accepted.
+func (c Config) Validate() error { return c.withDefaults().validate() }
 
 // defaultWorkerID is "<hostname>-<pid>", with the characters a run id may
 // not hold replaced by '-'.

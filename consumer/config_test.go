@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,23 +11,30 @@ func TestConfigValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want string // in the error; "" for valid
+		is   error  // errors.Is; nil for valid
+		want string // in the error: the setting and what it accepts
 	}{
-		{"defaults", Config{}, ""},
-		{"concurrency", Config{Concurrency: -1}, "concurrency"},
-		{"default timeout", Config{DefaultTimeout: -time.Second}, "default timeout"},
-		{"poll wait", Config{PollWait: time.Millisecond}, "poll wait"},
-		{"event interval", Config{EventInterval: time.Minute}, "event interval"},
-		{"worker id", Config{WorkerID: "a.b"}, "worker id"},
-		{"event interval off", Config{EventInterval: -1}, ""},
+		{"defaults", Config{}, nil, ""},
+		{"concurrency", Config{Concurrency: -1}, ErrInvalidConfig, "concurrency must be at least 1"},
+		{"default timeout", Config{DefaultTimeout: -time.Second}, ErrInvalidConfig, "default timeout must not be negative"},
+		{"poll wait", Config{PollWait: time.Millisecond}, ErrInvalidConfig, "poll wait must be at least 100ms"},
+		{"event interval", Config{EventInterval: time.Minute}, ErrInvalidConfig, "event interval must be at most 5s"},
+		{"worker id", Config{WorkerID: "a.b"}, ErrInvalidConfig, "worker id \"a.b\" must match [A-Za-z0-9_-]{1,64}"},
+		{"event interval off", Config{EventInterval: -1}, nil, ""},
+		{"ready check interval", Config{ReadyCheckInterval: -time.Second}, ErrInvalidConfig, "ready check interval must not be negative"},
+		{"cancel confirm timeout", Config{CancelConfirmTimeout: -time.Second}, ErrInvalidConfig, "cancel confirm timeout must not be negative"},
+		{"retry delay", Config{RetryDelay: -time.Second}, ErrInvalidConfig, "retry delay must not be negative"},
+		{"replicas", Config{Provision: ProvisionConfig{Replicas: 7}}, ErrInvalidProvisionConfig, "Replicas 7 must be between 1 and 5"},
+		{"state ttl under events max age", Config{Provision: ProvisionConfig{StateTTL: time.Hour}}, ErrInvalidProvisionConfig, "StateTTL 1h0m0s must be at least EventsMaxAge"},
+		{"ack wait", Config{Provision: ProvisionConfig{AckWait: time.Millisecond}}, ErrInvalidConfig, "AckWait 1ms must be at least 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.withDefaults().validate()
+			err := tc.cfg.Validate()
 			switch {
-			case tc.want == "" && err != nil:
+			case tc.is == nil && err != nil:
 				t.Fatalf("unexpected error: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one naming %q", err, tc.want)
+			case tc.is != nil && (!errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one that is %v and says %q", err, tc.is, tc.want)
 			}
 		})
 	}

@@ -22,4 +22,15 @@
 //     longer be streamed; no token is lost or repeated.
 //   - At shutdown in-flight runs are handed off (flushed, Nak'ed) and nothing
 //     is cancelled upstream.
+//
+// Worker.Ready says whether a worker can take and run jobs (NATS connected,
+// streams, consumer and bucket present, pull loop alive); foundryq worker
+// serves it as /readyz.
+//
+// Observability: each run has a logger with run_id, worker, attempt and,
+// once known, response_id, and a "foundryq run" span that continues the
+// W3C trace context of the run request's headers; Foundry calls are
+// "foundry <op>" client spans and every stored event carries the run's
+// traceparent (Config.TracerProvider). Metrics, all in metrics.go, go to
+// Config.Registerer.
 package consumer

@@ -30,9 +30,12 @@ func newEventMsg(n events.Names, ev events.RunEvent, upstreamSeq int64) (*nats.M
 	if ev.Seq == 0 {
 		return nil, fmt.Errorf("consumer: event for run %s: seq must start at 1", ev.RunID)
 	}
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return nil, fmt.Errorf("consumer: encode event %s: %w", msgID(ev.RunID, ev.Seq), err)
+	data, ok := appendTextDeltaJSON(make([]byte, 0, 96+len(ev.Text)), &ev)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(ev); err != nil {
+			return nil, fmt.Errorf("consumer: encode event %s: %w", msgID(ev.RunID, ev.Seq), err)
+		}
 	}
 	m := nats.NewMsg(n.EventSubject(ev.RunID))
 	m.Data = data

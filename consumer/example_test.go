@@ -8,6 +8,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
@@ -27,6 +29,14 @@ func Example() {
 	nc, _ := ns.Connect()
 	defer nc.Close()
 
+	// A worker provisions the streams, consumer and bucket when it starts;
+	// provisioning first lets the client submit and watch at once.
+	js, _ := jetstream.New(nc)
+	names, _ := events.NewNames("")
+	if _, err := consumer.Provision(context.Background(), js, names, consumer.ProvisionConfig{}); err != nil {
+		fmt.Println(err)
+		return
+	}
 	w, err := consumer.New(nc, up, consumer.Config{WorkerID: "example"})
 	if err != nil {
 		fmt.Println(err)

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/internal/jserr"
@@ -17,7 +20,7 @@ import (
 // is repaired by the next delivery of the job (repairEnd).
 func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) {
 	if err := r.rel.flush(r.hard); err != nil {
-		r.log.Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
+		r.logger().Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
 		return
 	}
 	ev.RunID = r.id
@@ -28,20 +31,49 @@ func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus strin
 	})
 	if err != nil {
 		if isDecision(err) {
-			r.log.Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
+			r.logger().Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
 			return
 		}
-		r.log.Error().Err(err).Msg("record the run's end; the job will be delivered again")
+		r.logger().Error().Err(err).Msg("record the run's end; the job will be delivered again")
 		return
 	}
 	r.rel.add(ev, upstreamSeq)
 	if err := r.rel.flush(r.hard); err != nil {
-		r.log.Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
+		r.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
 		return
 	}
 	r.ack()
-	r.w.m.runsFinished.WithLabelValues(string(ev.Type)).Inc()
-	r.log.Info().Str("type", string(ev.Type)).Msg("run ended")
+	r.w.m.runEnded(ev, r.submitted)
+	r.ended(ev, upstreamStatus)
+}
+
+// ended logs the run's end at info, with what an operator asks first (how
+// it ended, how long it took, what it cost), and records it on the span.
+func (r *run) ended(ev events.RunEvent, upstreamStatus string) {
+	l := r.logger().Info().Str("type", string(ev.Type)).Dur("took", ev.Time.Sub(r.taken))
+	if !r.submitted.IsZero() {
+		l = l.Dur("since_submit", ev.Time.Sub(r.submitted))
+	}
+	if ev.Status != "" {
+		l = l.Str("status", ev.Status)
+	}
+	if ev.Reason != "" {
+		l = l.Str("reason", ev.Reason)
+	}
+	if upstreamStatus != "" {
+		l = l.Str("upstream_status", upstreamStatus)
+	}
+	if ev.Error != nil {
+		l = l.Str("code", ev.Error.Code)
+	}
+	if u := ev.Usage; u != nil {
+		l = l.Int64("input_tokens", u.InputTokens).Int64("output_tokens", u.OutputTokens)
+	}
+	l.Msg("run ended")
+	r.span.SetAttributes(attribute.String("foundryq.outcome", string(ev.Type)))
+	if ev.Error != nil {
+		r.span.SetStatus(codes.Error, ev.Error.Code)
+	}
 }
 
 // repairEnd publishes the terminal event a finished record names when the
@@ -56,15 +88,15 @@ func (r *run) repairEnd(st events.RunState, pos position) {
 		// stored first.
 		return
 	case st.End.Seq != pos.Seq+1:
-		r.log.Error().Uint64("end_seq", st.End.Seq).Uint64("stored_seq", pos.Seq).
+		r.logger().Error().Uint64("end_seq", st.End.Seq).Uint64("stored_seq", pos.Seq).
 			Msg("the state record's end does not follow the stored events; not repaired")
 		return
 	}
-	if err := r.w.publishEnd(r.hard, r.id, pos, *st.End, r.log); err != nil {
-		r.log.Error().Err(err).Msg("publish the terminal event from the state record")
+	if err := r.w.publishEnd(r.hard, r.id, pos, *st.End, *r.logger()); err != nil {
+		r.logger().Error().Err(err).Msg("publish the terminal event from the state record")
 		return
 	}
-	r.log.Warn().Str("type", string(st.End.Type)).Msg("terminal event was missing; published from the state record")
+	r.logger().Warn().Str("type", string(st.End.Type)).Msg("terminal event was missing; published from the state record")
 }
 
 // reach says how far a cancelled run got upstream.
@@ -89,7 +121,7 @@ func (r *run) finishCancelled(reason string, resp *foundry.Response, how reach) 
 		ev.Usage = usageOf(resp.Usage)
 		if resp.Status == foundry.StatusCompleted {
 			r.w.m.completedAfterCancl.Inc()
-			r.log.Warn().Str("response_id", resp.ID).Msg("Foundry reports the response completed after the cancel; the run stays cancelled")
+			r.logger().Warn().Str("response_id", resp.ID).Msg("Foundry reports the response completed after the cancel; the run stays cancelled")
 		}
 	case how == reachUnknown:
 		upstream = "unknown"
@@ -113,18 +145,18 @@ func (r *run) failUpstream(out outcome) {
 	switch {
 	case out.op == opState:
 		// NATS, not Foundry, failed: not the run's fault.
-		r.log.Warn().Err(out.err).Msg("the state bucket could not be written; the job will be retried")
+		r.logger().Warn().Err(out.err).Msg("the state bucket could not be written; the job will be retried")
 		r.release("")
 		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
 	case out.rateLimited:
 		// Not a failed attempt: the service asked to wait (the worker's
 		// create limiter holds back the other creates meanwhile).
 		delay := retryDelay(out.err, r.w.cfg.RetryDelay)
-		r.log.Info().Dur("retry_in", delay).Msg("create refused for rate limits; the job will be retried")
+		r.logger().Info().Dur("retry_in", delay).Msg("create refused for rate limits; the job will be retried")
 		r.release("")
 		_ = r.msg.NakWithDelay(delay)
 	case out.streamLost:
-		r.log.Error().Err(out.err).Msg("foreground response lost; the run fails")
+		r.logger().Error().Err(out.err).Msg("foreground response lost; the run fails")
 		r.failRun(events.CodeStreamLost, out.err.Error(), true, false)
 	case retryable(out.err):
 		r.failAttempt(out.err, out.op, true)
@@ -133,7 +165,7 @@ func (r *run) failUpstream(out outcome) {
 		if errors.Is(out.err, foundry.ErrAuth) {
 			code = events.CodeAuthError
 		}
-		r.log.Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
+		r.logger().Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
 		r.cancelAbandoned()
 		r.failRun(code, out.err.Error(), false, out.noResponse)
 	}
@@ -146,7 +178,7 @@ func (r *run) failAttempt(cause error, op string, upstream bool) {
 	st := r.lastState()
 	why := cause.Error()
 	if st.Failures+1 >= r.w.maxFailures() {
-		r.log.Error().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("last permitted attempt failed; the run fails")
+		r.logger().Error().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("last permitted attempt failed; the run fails")
 		r.cancelAbandoned()
 		code := events.CodeAttemptsExhausted
 		if !upstream {
@@ -155,9 +187,9 @@ func (r *run) failAttempt(cause error, op string, upstream bool) {
 		r.failRun(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true, true)
 		return
 	}
-	r.log.Warn().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
+	r.logger().Warn().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
 	if err := r.rel.flush(r.hard); err != nil && !upstream {
-		r.log.Warn().Err(err).Msg("flush events before the retry")
+		r.logger().Warn().Err(err).Msg("flush events before the retry")
 	}
 	r.release(why)
 	_ = r.msg.NakWithDelay(retryDelay(cause, r.w.cfg.RetryDelay*time.Duration(st.Failures+1)))
@@ -167,7 +199,7 @@ func (r *run) failAttempt(cause error, op string, upstream bool) {
 // vanished count too).
 func (r *run) giveUp() {
 	st := r.lastState()
-	r.log.Error().Int("failures", st.Failures).Str("last_error", st.LastError).Msg("failed attempts used up; the run fails")
+	r.logger().Error().Int("failures", st.Failures).Str("last_error", st.LastError).Msg("failed attempts used up; the run fails")
 	if st.ResponseID != "" {
 		r.setResponseID(st.ResponseID, time.Now())
 		r.cancelAbandoned()
@@ -177,7 +209,7 @@ func (r *run) giveUp() {
 
 // failInvalid ends a run whose request can never run.
 func (r *run) failInvalid(err error) {
-	r.log.Warn().Err(err).Msg("invalid run request; dead-lettered")
+	r.logger().Warn().Err(err).Msg("invalid run request; dead-lettered")
 	r.failRun(events.CodeInvalidRequest, err.Error(), false, true)
 	_ = r.msg.TermWithReason("invalid request")
 }
@@ -188,7 +220,7 @@ func (r *run) failInvalid(err error) {
 // cancel ends it as run.cancelled with upstream status "unknown".
 func (r *run) endLost(cause error) {
 	if reason, ok := r.cancelReason(); ok {
-		r.log.Warn().Err(cause).Msg("cancelled while the response id was unknown; Foundry's status is unknown")
+		r.logger().Warn().Err(cause).Msg("cancelled while the response id was unknown; Foundry's status is unknown")
 		r.finishCancelled(reason, nil, reachUnknown)
 		return
 	}
@@ -197,7 +229,7 @@ func (r *run) endLost(cause error) {
 	if cause != nil {
 		msg += " (" + cause.Error() + ")"
 	}
-	r.log.Error().Err(cause).Msg("upstream response lost; the run fails")
+	r.logger().Error().Err(cause).Msg("upstream response lost; the run fails")
 	r.failRun(events.CodeUpstreamLost, msg, false, true)
 }
 
@@ -229,7 +261,7 @@ func (r *run) failRun(code, message string, retryable, dead bool) {
 // with a different request; nothing is appended to that run's subject.
 func (r *run) refuseReused(st events.RunState) {
 	msg := fmt.Sprintf("run id %s already belongs to a run with a different request (status %s); the request was not run", r.id, st.Status)
-	r.log.Warn().Str("status", string(st.Status)).Msg("run id reused by a different request; dead-lettered")
+	r.logger().Warn().Str("status", string(st.Status)).Msg("run id reused by a different request; dead-lettered")
 	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeDuplicateRunID, msg)
 	_ = r.msg.TermWithReason("run id reused")
 }
@@ -241,7 +273,7 @@ func (r *run) failCorrupt(cause error) {
 	if _, got, err := r.w.states.Get(r.hard, r.id); errors.Is(err, events.ErrStateCorrupt) {
 		rev = got
 	}
-	r.log.Error().Err(cause).Msg("the run's state record is unreadable; the run fails")
+	r.logger().Error().Err(cause).Msg("the run's state record is unreadable; the run fails")
 	msg := "the run's state record could not be read: " + cause.Error()
 	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeStateUnreadable, msg)
 	if err := r.rel.flush(r.hard); err != nil {
@@ -250,7 +282,7 @@ func (r *run) failCorrupt(cause error) {
 	end := failedWith("", events.CodeStateUnreadable, false, msg)
 	end.RunID, end.Seq, end.Time = r.id, r.rel.nextSeq(), time.Now().UTC()
 	if err := r.w.states.Replace(r.hard, failCorrupt(r.id, r.owner, end, end.Time), rev); err != nil {
-		r.log.Error().Err(err).Msg("replace the unreadable state record; the job will be delivered again")
+		r.logger().Error().Err(err).Msg("replace the unreadable state record; the job will be delivered again")
 		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
 		return
 	}
@@ -259,7 +291,8 @@ func (r *run) failCorrupt(cause error) {
 		return
 	}
 	r.ack()
-	r.w.m.runsFinished.WithLabelValues(string(end.Type)).Inc()
+	r.w.m.runEnded(end, r.submitted)
+	r.ended(end, "")
 }
 
 // cancelAbandoned cancels the run's response upstream when nobody will
@@ -272,7 +305,7 @@ func (r *run) cancelAbandoned() {
 	ctx, cancel := context.WithTimeout(r.hard, 10*time.Second)
 	defer cancel()
 	if _, err := r.w.up.Cancel(ctx, id); err != nil {
-		r.log.Warn().Err(err).Str("response_id", id).Msg("cancel the abandoned upstream response")
+		r.logger().Warn().Err(err).Str("response_id", id).Msg("cancel the abandoned upstream response")
 	}
 }
 
@@ -281,9 +314,9 @@ func (r *run) cancelAbandoned() {
 func (r *run) cancelUnreachable(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r.log.Warn().Str("response_id", id).Msg("the response id could not be saved; cancelling the response")
+	r.logger().Warn().Str("response_id", id).Msg("the response id could not be saved; cancelling the response")
 	if _, err := r.w.up.Cancel(ctx, id); err != nil {
-		r.log.Warn().Err(err).Str("response_id", id).Msg("cancel the unreachable upstream response")
+		r.logger().Warn().Err(err).Str("response_id", id).Msg("cancel the unreachable upstream response")
 	}
 }
 
@@ -292,7 +325,7 @@ func (r *run) cancelUnreachable(id string) {
 // follow that response: it is cancelled.
 func (r *run) lostOwnership(out outcome) {
 	r.w.m.lostOwnership.Inc()
-	r.log.Warn().Err(out.err).Msg("another worker owns the run now; stopping without ack")
+	r.logger().Warn().Err(out.err).Msg("another worker owns the run now; stopping without ack")
 	mine := r.currentResponseID()
 	if mine == "" {
 		return
@@ -301,7 +334,7 @@ func (r *run) lostOwnership(out outcome) {
 	if err != nil || st.ResponseID == mine {
 		return // the new owner follows it (or the record cannot tell: leave it)
 	}
-	r.log.Warn().Str("response_id", mine).Msg("the run's record names another response; cancelling ours")
+	r.logger().Warn().Str("response_id", mine).Msg("the run's record names another response; cancelling ours")
 	r.cancelAbandoned()
 }
 
@@ -368,14 +401,14 @@ func (r *run) concludeHandoff(out outcome) {
 		return
 	}
 	if err := r.rel.flush(r.hard); err != nil {
-		r.log.Warn().Err(err).Msg("flush events before hand-off")
+		r.logger().Warn().Err(err).Msg("flush events before hand-off")
 	}
 	r.release("")
 	if err := r.msg.Nak(); err != nil {
-		r.log.Warn().Err(err).Msg("nak for hand-off")
+		r.logger().Warn().Err(err).Msg("nak for hand-off")
 	}
 	r.w.m.handoffs.Inc()
-	r.log.Info().Msg("run handed off")
+	r.logger().Info().Msg("run handed off")
 }
 
 // release gives the run back in its record (releaseRun). A release that
@@ -387,7 +420,7 @@ func (r *run) release(failure string) {
 		return releaseRun(s, r.owner, failure)
 	})
 	if err != nil && !isDecision(err) {
-		r.log.Warn().Err(err).Msg("release the run in the state bucket")
+		r.logger().Warn().Err(err).Msg("release the run in the state bucket")
 	}
 }
 
@@ -395,7 +428,7 @@ func (r *run) ack() {
 	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
 	defer cancel()
 	if err := r.msg.DoubleAck(ctx); err != nil {
-		r.log.Warn().Err(err).Msg("ack the job")
+		r.logger().Warn().Err(err).Msg("ack the job")
 	}
 }
 
@@ -403,7 +436,7 @@ func (r *run) ack() {
 // failure: it does not count as a failed attempt. The delay grows with the
 // deliveries, up to 30s.
 func (r *run) retryLater(what string, err error) {
-	r.log.Warn().Err(err).Msg(what + "; the job will be retried")
+	r.logger().Warn().Err(err).Msg(what + "; the job will be retried")
 	if jserr.MissingResource(err) {
 		r.w.resourcesMissing()
 	}

@@ -241,6 +241,10 @@ func markEnd(s *events.RunState, end events.RunEvent, upstreamStatus string, now
 	s.Status = statusOf(end.Type)
 	s.Terminal = end.Type
 	s.End = &end
+	if end.Usage != nil {
+		u := *end.Usage
+		s.Usage = &u
+	}
 	if upstreamStatus != "" {
 		s.UpstreamStatus = upstreamStatus
 	}

@@ -217,6 +217,9 @@ func TestFinishRun(t *testing.T) {
 		s.UpstreamStatus != "completed" || s.FinishedAt == nil {
 		t.Fatalf("%+v", s)
 	}
+	if s.Usage != nil {
+		t.Fatalf("usage %+v from an end without usage", s.Usage)
+	}
 	if err := finishRun(&s, me, done, "completed", t0); !errors.Is(err, errSkipUpdate) {
 		t.Fatalf("the same end again: %v, want a no-op", err)
 	}
@@ -228,6 +231,16 @@ func TestFinishRun(t *testing.T) {
 	z := running()
 	if err := finishRun(&z, owner{"w2", 9}, done, "", t0); !errors.Is(err, errNotOwner) || z.Finished() {
 		t.Fatalf("zombie finish: %v %+v", err, z)
+	}
+	// The final usage stays on the record after the events expire.
+	u := running()
+	withUsage := done
+	withUsage.Usage = &events.Usage{InputTokens: 5, OutputTokens: 7, TotalTokens: 12}
+	if err := finishRun(&u, me, withUsage, "completed", t0); err != nil {
+		t.Fatal(err)
+	}
+	if u.Usage == nil || *u.Usage != *withUsage.Usage {
+		t.Fatalf("state usage %+v, want %+v", u.Usage, withUsage.Usage)
 	}
 	for status, want := range map[events.EventType]events.RunStatus{
 		events.TypeRunCompleted: events.StatusCompleted, events.TypeRunFailed: events.StatusFailed, events.TypeRunCancelled: events.StatusCancelled,

@@ -1,7 +1,16 @@
 package consumer
 
 import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
 )
 
 // metrics are the worker's Prometheus metrics, all in one place.
@@ -21,9 +30,31 @@ type metrics struct {
 	deadLetters         prometheus.Counter
 	handoffs            prometheus.Counter
 	lostOwnership       prometheus.Counter
+	queueSeconds        prometheus.Histogram
+	firstTokenSeconds   prometheus.Histogram
+	runSeconds          *prometheus.HistogramVec // by outcome: completed, failed, cancelled
+	upstreamSeconds     *prometheus.HistogramVec // by op and status
+	tokens              *prometheus.CounterVec   // by kind: input, output, reasoning, cached
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// Label values set up front, so that every series a dashboard or an alert
+// queries exists (at 0) from the worker's start, not only after its first
+// occurrence.
+var (
+	terminalTypes  = []events.EventType{events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled}
+	cancelReasons  = []string{events.ReasonRequested, events.ReasonTimeout, events.ReasonAbandoned}
+	cancelResults  = []string{string(events.CancelCancelling), string(events.CancelCancelled), string(events.CancelAlreadyFinished), string(events.CancelNotFound), "error"}
+	upstreamOps    = []string{"create", "resume", "get", "cancel"}
+	tokenKinds     = []string{"input", "output", "reasoning", "cached"}
+	startedHows    = []string{"created", "resumed", "polled"}
+	runOutcomes    = []string{"completed", "failed", "cancelled"}
+	upstreamStatus = []string{"ok"} // others appear when seen
+)
+
+// newMetrics makes the worker's metrics and registers them with reg (if
+// not nil), with stuck, the gauge of runs that have stored no event for a
+// while, computed when scraped.
+func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 	m := &metrics{
 		runsActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "foundryq", Name: "runs_active", Help: "Runs this worker owns now.",
@@ -72,11 +103,96 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lostOwnership: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "runs_lost_ownership_total", Help: "Runs abandoned because another worker wrote their events.",
 		}),
+		queueSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "foundryq", Name: "run_queue_seconds", Help: "Time from a run request being stored to a worker taking it (first delivery only).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
+		}),
+		firstTokenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "foundryq", Name: "time_to_first_token_seconds", Help: "Time from sending a create to Foundry to the run's first text being received.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		runSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "foundryq", Name: "run_duration_seconds", Help: "Time from a run request being stored to its terminal event being stored, by outcome (completed, failed, cancelled).",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}, []string{"outcome"}),
+		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "foundryq", Name: "upstream_request_seconds", Help: "Duration of Foundry calls until their answer (for create and resume: until the stream's headers), " +
+				"by operation (create, resume, get, cancel) and status (ok, the HTTP status of an error, or error, timeout, canceled when none came).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"op", "status"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "tokens_total", Help: "Tokens of the runs this worker ended, as Foundry reported them, by kind (input, output, reasoning, cached).",
+		}, []string{"kind"}),
+	}
+	for _, t := range terminalTypes {
+		m.runsFinished.WithLabelValues(string(t))
+	}
+	for _, r := range cancelReasons {
+		m.runsCancelled.WithLabelValues(r)
+	}
+	for _, r := range cancelResults {
+		m.cancelRequests.WithLabelValues(r)
+	}
+	for _, op := range upstreamOps {
+		m.upstreamErrors.WithLabelValues(op)
+		for _, st := range upstreamStatus {
+			m.upstreamSeconds.WithLabelValues(op, st)
+		}
+	}
+	for _, k := range tokenKinds {
+		m.tokens.WithLabelValues(k)
+	}
+	for _, h := range startedHows {
+		m.runsStarted.WithLabelValues(h)
+	}
+	for _, o := range runOutcomes {
+		m.runSeconds.WithLabelValues(o)
 	}
 	if reg != nil {
 		reg.MustRegister(m.runsActive, m.runsStarted, m.runsFinished, m.runsCancelled, m.eventsPublished,
 			m.deltasCoalesced, m.publishSeconds, m.publishRetries, m.upstreamErrors, m.cancelRequests,
-			m.cancelReplySeconds, m.completedAfterCancl, m.deadLetters, m.handoffs, m.lostOwnership)
+			m.cancelReplySeconds, m.completedAfterCancl, m.deadLetters, m.handoffs, m.lostOwnership,
+			m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens)
+		if stuck != nil {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "foundryq", Name: "runs_stuck", Help: "Runs this worker owns that have stored no event for StuckAfter (--stuck-after); computed at each scrape.",
+			}, stuck))
+		}
 	}
 	return m
+}
+
+// runEnded counts a run whose terminal event ev was stored: its duration
+// since the request was stored (submitted; zero when unknown) and the
+// tokens Foundry reported.
+func (m *metrics) runEnded(ev events.RunEvent, submitted time.Time) {
+	m.runsFinished.WithLabelValues(string(ev.Type)).Inc()
+	if !submitted.IsZero() {
+		m.runSeconds.WithLabelValues(strings.TrimPrefix(string(ev.Type), "run.")).Observe(max(ev.Time.Sub(submitted).Seconds(), 0))
+	}
+	if u := ev.Usage; u != nil {
+		m.tokens.WithLabelValues("input").Add(float64(u.InputTokens))
+		m.tokens.WithLabelValues("output").Add(float64(u.OutputTokens))
+		m.tokens.WithLabelValues("reasoning").Add(float64(u.ReasoningTokens))
+		m.tokens.WithLabelValues("cached").Add(float64(u.CachedTokens))
+	}
+}
+
+// upstreamStatusOf is the status label of a Foundry call's result: "ok",
+// the HTTP status code of an error answer, or "timeout", "canceled" or
+// "error" when no answer came.
+func upstreamStatusOf(err error) string {
+	var apiErr *foundry.APIError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &apiErr) && apiErr.StatusCode > 0:
+		return strconv.Itoa(apiErr.StatusCode)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	default:
+		return "error"
+	}
 }

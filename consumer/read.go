@@ -50,6 +50,7 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 		}
 		r.setResponseID(id, seen)
 		r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
+		r.logger().Info().Int64("after", last).Msg("re-attaching to the run's response")
 		var err error
 		s, err = r.resume(ctx, id, last)
 		if err != nil {
@@ -90,10 +91,10 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 		// the response goes on; a stream that keeps breaking is not worth
 		// re-attaching to. All are settled by asking Foundry, then polling.
 		if resp, err := r.w.up.Get(ctx, id); (err == nil && resp.Terminal()) || breaks > maxStreamBreaks {
-			r.log.Info().Err(out.err).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
+			r.logger().Info().Err(out.err).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
 			return r.poll(ctx, id, 0)
 		}
-		r.log.Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
+		r.logger().Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
 		var err error
 		s, err = r.resume(ctx, id, last)
 		if err != nil {
@@ -143,6 +144,7 @@ func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Strea
 	}
 	r.markCreateSent()
 	sent = true
+	r.createAt = time.Now()
 	s, err := r.w.up.Create(ctx, cr)
 	limited := errors.Is(err, foundry.ErrRateLimited)
 	r.w.limiter.done(deployment, probe, limited, retryDelay(err, 0))
@@ -162,7 +164,7 @@ func (r *run) clearCreate() {
 	if _, err := r.persist("clear the create mark", func(s *events.RunState, _ bool) error {
 		return createRefused(s, r.owner)
 	}); err != nil {
-		r.log.Warn().Err(err).Msg("clear the create mark; the next owner will not create again")
+		r.logger().Warn().Err(err).Msg("clear the create mark; the next owner will not create again")
 	}
 }
 
@@ -218,6 +220,7 @@ func (r *run) saveResponseID(id string, seq int64, foreground bool) (outcome, bo
 		started.Background = new(bool)
 	}
 	r.rel.add(started, seq)
+	r.logger().Info().Bool("foreground", foreground).Msg("run started upstream")
 	return outcome{}, true
 }
 
@@ -230,7 +233,7 @@ func (r *run) findResponse(pos position) bool {
 	if pos.Seq > 0 {
 		var err error
 		if id, err = r.w.firstResponseID(r.hard, r.id); err != nil {
-			r.log.Warn().Err(err).Msg("look for the response id on the run's subject; the job will be retried")
+			r.logger().Warn().Err(err).Msg("look for the response id on the run's subject; the job will be retried")
 			r.release("")
 			_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
 			return false
@@ -240,11 +243,11 @@ func (r *run) findResponse(pos position) bool {
 		r.endLost(errors.New("a previous attempt started a create whose response id was never recorded"))
 		return false
 	}
-	r.log.Info().Str("response_id", id).Msg("response id of an earlier create found on the run's subject")
+	r.logger().Info().Str("response_id", id).Msg("response id of an earlier create found on the run's subject")
 	if _, err := r.persist("save the response id", func(s *events.RunState, _ bool) error {
 		return knowResponse(s, r.owner, id)
 	}); err != nil {
-		r.log.Warn().Err(err).Msg("save the response id found on the run's subject")
+		r.logger().Warn().Err(err).Msg("save the response id found on the run's subject")
 		return false
 	}
 	return true
@@ -299,6 +302,10 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 			}
 		}
 		if st.emit != nil {
+			if st.emit.Type == events.TypeTextDelta && !r.createAt.IsZero() && !r.firstText {
+				r.firstText = true
+				r.w.m.firstTokenSeconds.Observe(time.Since(r.createAt).Seconds())
+			}
 			r.rel.add(*st.emit, seq)
 		}
 		if st.end != nil {
@@ -332,10 +339,10 @@ func endOutcome(resp *foundry.Response, upstreamSeq int64) outcome {
 func (r *run) cannotResume(ctx context.Context, id string, err error) outcome {
 	if errors.Is(err, foundry.ErrStreamingNotEnabled) || errors.Is(err, foundry.ErrNotBackground) {
 		r.setForeground()
-		r.log.Warn().Err(err).Str("response_id", id).Msg("the response runs in the foreground and cannot be re-attached to; polling it for a while")
+		r.logger().Warn().Err(err).Str("response_id", id).Msg("the response runs in the foreground and cannot be re-attached to; polling it for a while")
 		return r.poll(ctx, id, r.w.cfg.ForegroundPollTimeout)
 	}
-	r.log.Info().Err(err).Str("response_id", id).Msg("cannot re-attach to the stream; polling the response")
+	r.logger().Info().Err(err).Str("response_id", id).Msg("cannot re-attach to the stream; polling the response")
 	return r.poll(ctx, id, 0)
 }
 
@@ -387,7 +394,7 @@ func (r *run) publishRest(ctx context.Context, resp *foundry.Response) outcome {
 	if len(resp.OutputText) > len(published) && resp.OutputText[:len(published)] == published {
 		r.rel.add(events.RunEvent{Type: events.TypeTextDelta, Text: resp.OutputText[len(published):]}, -1) // split by the relay
 	} else if resp.OutputText != published {
-		r.log.Warn().Int("published", len(published)).Int("upstream", len(resp.OutputText)).Msg("published text is not a prefix of the upstream text; nothing more published")
+		r.logger().Warn().Int("published", len(published)).Int("upstream", len(resp.OutputText)).Msg("published text is not a prefix of the upstream text; nothing more published")
 	}
 	return endOutcome(resp, -1)
 }

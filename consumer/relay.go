@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/jserr"
 	"github.com/foundryq/foundryq/internal/retry"
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // maxEventText bounds the text of one text.delta event, in bytes: 32 KiB,
@@ -58,6 +60,9 @@ type relay struct {
 	// stream was deleted); the publish is retried.
 	onMissing func()
 	maxText   int // eventTextLimit
+	// activity, when set, receives the time (unix nanos) of each event
+	// stored, for the stuck-runs gauge.
+	activity *atomic.Int64
 
 	mu       sync.Mutex
 	pending  []pendingEvent
@@ -230,6 +235,9 @@ func (r *relay) run(ctx context.Context, onFail func(error)) {
 		r.mu.Lock()
 		r.inflight = false
 		r.lastPublish = time.Now()
+		if r.activity != nil {
+			r.activity.Store(r.lastPublish.UnixNano())
+		}
 		r.last = position{Seq: pe.ev.Seq, StreamSeq: streamSeq, UpstreamSeq: pe.upstreamSeq, Type: pe.ev.Type}
 		r.mu.Unlock()
 	}
@@ -330,6 +338,8 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 	if err != nil {
 		return 0, fmt.Errorf("consumer: %w", err)
 	}
+	tracing.Inject(ctx, msg.Header) // the run's trace context
+
 	b := retry.Backoff(20*time.Millisecond, time.Second)
 	lost := func() (uint64, error) {
 		return 0, fmt.Errorf("%w: run %s: another writer stored an event on %s", ErrLostOwnership, r.runID, r.subject)

@@ -12,7 +12,7 @@ import (
 // split into events of at most maxEventText bytes, at rune boundaries, and
 // only the part that ends an upstream delta carries its sequence number.
 func TestRelaySplitsText(t *testing.T) {
-	r := &relay{metrics: newMetrics(nil), wake: make(chan struct{}, 1), maxText: eventTextLimit(1 << 20)}
+	r := &relay{metrics: newMetrics(nil, nil), wake: make(chan struct{}, 1), maxText: eventTextLimit(1 << 20)}
 	var want strings.Builder
 	chunk := strings.Repeat("héllo wörld ", 700) // ~9.1 KB, multibyte runes
 	for i := range 12 {

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // run is one job owned by this worker, from the moment it was pulled until
@@ -20,7 +24,20 @@ type run struct {
 	msg   jetstream.Msg
 	id    string
 	owner owner
-	log   zerolog.Logger
+	// log is the run's logger: run_id, attempt and worker, and response_id
+	// once known (setResponseID). Read it with logger().
+	log atomic.Pointer[zerolog.Logger]
+	// span is the run's "foundryq run" span; ctx and hard carry it.
+	span trace.Span
+
+	taken     time.Time    // when this worker took the job
+	submitted time.Time    // when the run request was stored (zero if unknown)
+	activity  atomic.Int64 // unix nanos of the last event stored (or taken)
+	// createAt is when this run sent its create (zero if it did not), and
+	// firstText whether the response's first text arrived; the reader's
+	// own (read, create, relayStream).
+	createAt  time.Time
+	firstText bool
 
 	// ctx ends when something asks the run to stop; its cause says what
 	// (ErrCancelRequested, ErrRunTimeout, ErrAbandoned, ErrShutdown,
@@ -36,8 +53,9 @@ type run struct {
 	relayDone chan struct{} // closed when the relay's goroutine returns
 
 	mu         sync.Mutex
-	state      events.RunState // the record as this run last wrote or read it
-	cancelNote string          // the requester's text of a cancel heard directly
+	state      events.RunState   // the record as this run last wrote or read it
+	cancelNote string            // the requester's text of a cancel heard directly
+	cancelFrom trace.SpanContext // the span of that cancel's answer, if traced
 	responseID string
 	idSeenAt   time.Time     // when the response id was first known to this run
 	idReady    chan struct{} // closed once the Foundry response id is known
@@ -45,28 +63,51 @@ type run struct {
 	foreground bool          // Foundry runs the response in the foreground: no resume, no cancel
 }
 
-func (w *Worker) newRun(msg jetstream.Msg, runID string, attempt int) *run {
-	ctx, stop := context.WithCancelCause(context.Background())
-	hard, abort := context.WithCancel(context.Background())
-	return &run{
-		w:       w,
-		msg:     msg,
-		id:      runID,
-		owner:   owner{worker: w.cfg.WorkerID, attempt: attempt},
-		log:     w.log.With().Str("run_id", runID).Int("attempt", attempt).Logger(),
-		ctx:     ctx,
-		stop:    stop,
-		hard:    hard,
-		abort:   abort,
-		idReady: make(chan struct{}),
+// newRun makes the run of a job. Its span continues the trace context in
+// the job's headers; the caller ends it (r.span.End).
+func (w *Worker) newRun(msg jetstream.Msg, runID string, attempt int, submitted time.Time) *run {
+	base, span := w.tracer.Start(tracing.Extract(context.Background(), msg.Headers()), "foundryq run",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("foundryq.run_id", runID), attribute.Int("foundryq.attempt", attempt),
+			attribute.String("foundryq.worker", w.cfg.WorkerID)))
+	ctx, stop := context.WithCancelCause(base)
+	hard, abort := context.WithCancel(base)
+	r := &run{
+		w:         w,
+		msg:       msg,
+		id:        runID,
+		owner:     owner{worker: w.cfg.WorkerID, attempt: attempt},
+		span:      span,
+		taken:     time.Now(),
+		submitted: submitted,
+		ctx:       ctx,
+		stop:      stop,
+		hard:      hard,
+		abort:     abort,
+		idReady:   make(chan struct{}),
 	}
+	log := w.log.With().Str("run_id", runID).Int("attempt", attempt).Logger()
+	r.log.Store(&log)
+	r.activity.Store(r.taken.UnixNano())
+	return r
 }
+
+// logger returns the run's logger.
+func (r *run) logger() *zerolog.Logger { return r.log.Load() }
+
+// lastActivity is when the run last stored an event, or was taken.
+func (r *run) lastActivity() time.Time { return time.Unix(0, r.activity.Load()) }
 
 // handle owns one job until it ends.
 func (w *Worker) handle(msg jetstream.Msg) {
 	attempt := 1
+	var submitted time.Time
 	if meta, err := msg.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
+		submitted = meta.Timestamp
+		if attempt == 1 {
+			w.m.queueSeconds.Observe(max(time.Since(submitted).Seconds(), 0))
+		}
 	}
 	runID, ok := w.names.RunIDFromSubject(msg.Subject())
 	if !ok {
@@ -75,20 +116,21 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		_ = msg.TermWithReason("invalid run id")
 		return
 	}
-	r := w.newRun(msg, runID, attempt)
+	r := w.newRun(msg, runID, attempt, submitted)
+	defer r.span.End()
 	defer r.abort()
 	defer r.stop(nil)
 	if !w.register(r) {
 		// The lease of our delivery lapsed while we still run it; the
 		// server gives the job out again. Ignore this delivery: our run
 		// goes on and renews the lease.
-		r.log.Warn().Msg("job delivered again while this worker still owns the run; ignoring the new delivery")
+		r.logger().Warn().Msg("job delivered again while this worker still owns the run; ignoring the new delivery")
 		return
 	}
 	defer w.unregister(r)
 	if w.isStopping() {
 		// Fetched in the last poll before shutdown: give it back at once.
-		r.log.Info().Msg("job arrived during shutdown; handed back")
+		r.logger().Info().Msg("job arrived during shutdown; handed back")
 		_ = msg.Nak()
 		return
 	}
@@ -111,7 +153,7 @@ func (r *run) execute() {
 	st, err := r.claim(digest)
 	switch {
 	case errors.Is(err, errFinished):
-		r.log.Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
+		r.logger().Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
 		r.repairEnd(st, pos)
 		r.ack()
 		return
@@ -119,7 +161,7 @@ func (r *run) execute() {
 		r.refuseReused(st)
 		return
 	case errors.Is(err, errNewerSchema):
-		r.log.Warn().Err(err).Msg("the run's state was written by a newer worker; leaving the run to it")
+		r.logger().Warn().Err(err).Msg("the run's state was written by a newer worker; leaving the run to it")
 		_ = r.msg.NakWithDelay(10 * time.Second)
 		return
 	case errors.Is(err, events.ErrStateCorrupt):
@@ -133,6 +175,11 @@ func (r *run) execute() {
 
 	r.startRelay(pos)
 	defer r.stopRelay()
+	taken := r.logger().Info().Int("failures", st.Failures)
+	if !r.submitted.IsZero() {
+		taken = taken.Dur("since_submit", r.taken.Sub(r.submitted))
+	}
+	taken.Msg("run taken")
 
 	switch {
 	case decodeErr != nil:
@@ -144,7 +191,7 @@ func (r *run) execute() {
 	}
 	if cancel := r.pendingCancel(st); cancel != nil {
 		if st.ResponseID == "" && st.CreateStartedAt == nil {
-			r.log.Info().Str("reason", cancel.Reason).Msg("cancel recorded before the run started; Foundry is not called")
+			r.logger().Info().Str("reason", cancel.Reason).Msg("cancel recorded before the run started; Foundry is not called")
 			r.finishCancelled(cancel.Reason, nil, reachNone)
 			return
 		}
@@ -161,7 +208,8 @@ func (r *run) execute() {
 
 // startRelay starts publishing this run's events after pos.
 func (r *run) startRelay(pos position) {
-	r.rel = r.w.newRelay(r.id, pos, r.w.cfg.EventInterval, r.log)
+	r.rel = r.w.newRelay(r.id, pos, r.w.cfg.EventInterval, *r.logger())
+	r.rel.activity = &r.activity
 	r.relayDone = make(chan struct{})
 	go func() {
 		defer close(r.relayDone)
@@ -169,7 +217,7 @@ func (r *run) startRelay(pos position) {
 			if errors.Is(err, ErrLostOwnership) {
 				r.stop(ErrLostOwnership)
 			} else if errors.Is(err, errPublishRefused) {
-				r.log.Error().Err(err).Msg("an event of the run was refused by NATS")
+				r.logger().Error().Err(err).Msg("an event of the run was refused by NATS")
 				r.stop(err)
 			}
 		})
@@ -181,29 +229,37 @@ func (r *run) stopRelay() {
 	<-r.relayDone
 }
 
-// drive runs the upstream reader and decides how the run ends.
+// drive runs the upstream reader and decides how the run ends. The reader
+// runs on this goroutine; an interruption (a cancel, a shutdown, lost
+// ownership, a refused publish: r.ctx ends) is handled on a goroutine
+// started only when it happens, while the reader goes on. A run streaming
+// undisturbed holds one goroutine here, not two.
 func (r *run) drive(req events.RunRequest, pos position) {
 	upCtx, upStop := context.WithCancel(r.hard)
 	defer upStop()
 	readerDone := make(chan outcome, 1)
-	go func() { readerDone <- r.read(upCtx, req, pos) }()
-
-	var out outcome
-	var ended bool
-	select {
-	case out = <-readerDone:
-		ended = true
-	case <-r.ctx.Done():
+	interrupted := make(chan struct{})
+	stopWatch := context.AfterFunc(r.ctx, func() {
+		defer close(interrupted)
 		select {
-		case out = <-readerDone:
-			ended = true
+		case out := <-readerDone: // the reader ended first after all
+			r.conclude(out)
 		default:
+			r.interrupt(readerDone, upStop)
 		}
-	}
-	if ended {
+	})
+	out := r.read(upCtx, req, pos)
+	if stopWatch() {
 		r.conclude(out)
 		return
 	}
+	readerDone <- out
+	<-interrupted
+}
+
+// interrupt ends a run whose context ended while its reader runs, as the
+// cause says; readerDone delivers the reader's outcome once it stops.
+func (r *run) interrupt(readerDone <-chan outcome, upStop context.CancelFunc) {
 	switch cause := context.Cause(r.ctx); {
 	case errors.Is(cause, ErrLostOwnership):
 		upStop()
@@ -225,7 +281,7 @@ func (r *run) conclude(out outcome) {
 	case out.terminal != nil:
 		r.finish(*out.terminal, out.upstreamSeq, out.upstreamStatus)
 	case out.cancelledUpstream != nil:
-		r.log.Warn().Msg("Foundry reports the response cancelled, not by this run's cancel subject")
+		r.logger().Warn().Msg("Foundry reports the response cancelled, not by this run's cancel subject")
 		r.finishCancelled(events.ReasonRequested, out.cancelledUpstream, reachConfirmed)
 	case out.lostOwnership:
 		r.lostOwnership(out)
@@ -256,6 +312,9 @@ func (r *run) setResponseID(id string, seenAt time.Time) {
 	r.responseID = id
 	r.idSeenAt = seenAt
 	close(r.idReady)
+	log := r.logger().With().Str("response_id", id).Logger()
+	r.log.Store(&log)
+	r.span.SetAttributes(attribute.String("foundry.response_id", id))
 }
 
 // notYetVisible reports an upstream 404 for a response this run learned of

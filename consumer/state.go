@@ -38,7 +38,7 @@ func (r *run) persist(what string, fn func(*events.RunState, bool) error) (event
 			return st, err
 		}
 		if tries%10 == 0 {
-			r.log.Warn().Err(err).Int("tries", tries+1).Msg(what + " in the state bucket; retrying")
+			r.logger().Warn().Err(err).Int("tries", tries+1).Msg(what + " in the state bucket; retrying")
 		}
 		if jserr.MissingResource(err) {
 			r.w.resourcesMissing()

@@ -61,7 +61,7 @@ func (r *run) armTimers(req events.RunRequest) runTimers {
 			}
 			wait := r.w.conn.silentFor(time.Unix(0, lastBeat.Load()), d)
 			if wait <= 0 {
-				r.log.Info().Dur("after", d).Msg("no watcher heartbeat; the run is abandoned")
+				r.logger().Info().Dur("after", d).Msg("no watcher heartbeat; the run is abandoned")
 				r.stop(ErrAbandoned)
 				return
 			}
@@ -75,7 +75,7 @@ func (r *run) armTimers(req events.RunRequest) runTimers {
 			lastBeat.Store(time.Now().UnixNano())
 		})
 		if err != nil {
-			r.log.Warn().Err(err).Msg("subscribe to watcher heartbeats")
+			r.logger().Warn().Err(err).Msg("subscribe to watcher heartbeats")
 		}
 		t.sub = sub
 	}

@@ -11,11 +11,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/internal/jserr"
 	"github.com/foundryq/foundryq/internal/retry"
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // Provider is what a worker needs from Foundry. *foundry.Client implements
@@ -35,13 +37,14 @@ type Provider interface {
 // terminal event is stored, and answers cancel requests. Create it with New
 // and start it with Run.
 type Worker struct {
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	up    Provider
-	cfg   Config
-	names events.Names
-	log   zerolog.Logger
-	m     *metrics
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	up     Provider
+	cfg    Config
+	names  events.Names
+	log    zerolog.Logger
+	m      *metrics
+	tracer trace.Tracer
 
 	// pub publishes run events on a second connection of its own, so that
 	// the steady stream of event publishes never delays cancels, state
@@ -53,6 +56,8 @@ type Worker struct {
 	conn    *connWatch
 	maxText int // text bytes per event (eventTextLimit)
 	limiter *createLimiter
+	ready   readiness
+	pubConn atomic.Pointer[nats.Conn] // the event publishing connection, once Run opened it
 
 	// reprovisioning recreates streams, consumer or bucket deleted under
 	// a running worker; at most one at a time.
@@ -92,19 +97,39 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: jetstream: %w", err)
 	}
-	return &Worker{
+	w := &Worker{
 		nc:       nc,
 		js:       js,
-		up:       up,
 		cfg:      cfg,
 		names:    names,
 		log:      cfg.Logger.With().Str("worker", cfg.WorkerID).Logger(),
-		m:        newMetrics(cfg.Registerer),
+		tracer:   tracing.Tracer(cfg.TracerProvider),
 		runs:     make(map[string]*run),
 		limiter:  newCreateLimiter(),
 		sem:      make(chan struct{}, cfg.Concurrency),
 		stopping: make(chan struct{}),
-	}, nil
+	}
+	w.m = newMetrics(cfg.Registerer, func() float64 { return float64(w.stuckRuns(time.Now())) })
+	w.up = observed{up: up, m: w.m, tracer: w.tracer}
+	return w, nil
+}
+
+// stuckRuns counts the runs this worker owns that have stored no event
+// (or, before their first, were taken) more than StuckAfter before now.
+func (w *Worker) stuckRuns(now time.Time) int {
+	w.mu.Lock()
+	runs := make([]*run, 0, len(w.runs))
+	for _, r := range w.runs {
+		runs = append(runs, r)
+	}
+	w.mu.Unlock()
+	n := 0
+	for _, r := range runs {
+		if now.Sub(r.lastActivity()) > w.cfg.StuckAfter {
+			n++
+		}
+	}
+	return n
 }
 
 // ID returns the worker's id.
@@ -135,6 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		defer pubConn.Close()
 	}
+	w.pubConn.Store(pubConn)
 	if w.pub, err = jetstream.New(pubConn); err != nil {
 		return fmt.Errorf("consumer: jetstream: %w", err)
 	}
@@ -164,7 +190,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("ack_wait", w.ackWait).Msg("worker started")
+	w.ready.heartbeat(time.Now())
+	w.ready.running.Store(true)
 	pullErr := w.pull(ctx)
+	w.ready.running.Store(false)
+	w.ready.ended.Store(true)
 	w.shutdown()
 	w.bgWG.Wait()
 	w.log.Info().Msg("worker stopped")
@@ -203,7 +233,15 @@ func (w *Worker) resourcesMissing() {
 	if time.Since(time.Unix(0, w.lastProvision.Load())) < time.Second || !w.reprovisioning.CompareAndSwap(false, true) {
 		return
 	}
+	// Under mu, as shutdown closes stopping: no Add once bgWG.Wait may run.
+	w.mu.Lock()
+	if w.isStopping() {
+		w.mu.Unlock()
+		w.reprovisioning.Store(false)
+		return
+	}
 	w.bgWG.Add(1)
+	w.mu.Unlock()
 	go func() {
 		defer w.bgWG.Done()
 		defer w.reprovisioning.Store(false)
@@ -214,15 +252,19 @@ func (w *Worker) resourcesMissing() {
 			return
 		}
 		w.lastProvision.Store(time.Now().UnixNano())
+		w.ready.invalidate()
 		w.log.Warn().Msg("recreated missing streams, consumer or bucket")
 	}()
 }
 
 // pull fetches jobs while there are free slots, until ctx ends or the NATS
 // connection is closed for good. It never fetches more jobs than it has
-// free slots.
+// free slots. It beats Ready's heartbeat at least once per PollWait.
 func (w *Worker) pull(ctx context.Context) error {
+	idle := time.NewTicker(w.cfg.PollWait)
+	defer idle.Stop()
 	for ctx.Err() == nil {
+		w.ready.heartbeat(time.Now())
 		if w.nc.IsClosed() {
 			return fmt.Errorf("consumer: %w", nats.ErrConnectionClosed)
 		}
@@ -231,6 +273,8 @@ func (w *Worker) pull(ctx context.Context) error {
 		case w.sem <- struct{}{}:
 		case <-ctx.Done():
 			return nil
+		case <-idle.C:
+			continue // every slot busy: alive all the same
 		}
 		slots := 1
 	more:
@@ -330,14 +374,14 @@ func (w *Worker) keepLeases(ctx context.Context) {
 		case <-t.C:
 		}
 		w.mu.Lock()
-		msgs := make([]jetstream.Msg, 0, len(w.runs))
+		runs := make([]*run, 0, len(w.runs))
 		for _, r := range w.runs {
-			msgs = append(msgs, r.msg)
+			runs = append(runs, r)
 		}
 		w.mu.Unlock()
-		for _, m := range msgs {
-			if err := m.InProgress(); err != nil {
-				w.log.Debug().Err(err).Msg("extend job lease")
+		for _, r := range runs {
+			if err := r.msg.InProgress(); err != nil {
+				r.logger().Debug().Err(err).Msg("extend job lease")
 			}
 		}
 	}

@@ -254,9 +254,14 @@ func TestKubernetesManifests(t *testing.T) {
 	if time.Duration(grace)*time.Second < shutdown+10*time.Second {
 		t.Errorf("terminationGracePeriodSeconds %d leaves less than 10s over FOUNDRYQ_SHUTDOWN_TIMEOUT %s", grace, shutdown)
 	}
-	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
-		if path := dig(t, container, probe, "httpGet", "path"); path != "/healthz" {
-			t.Errorf("%s path %v, want /healthz", probe, path)
+	// Readiness: connected, resources there, pull loop alive. Liveness: the
+	// process and its NATS client, so a NATS outage never restarts pods.
+	for probe, want := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz"} {
+		if path := dig(t, container, probe, "httpGet", "path"); path != want {
+			t.Errorf("%s path %v, want %s", probe, path, want)
+		}
+		if port := dig(t, container, probe, "httpGet", "port"); port != "metrics" {
+			t.Errorf("%s port %v, want the metrics port (--http-addr)", probe, port)
 		}
 	}
 }

@@ -9,8 +9,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // ClientConfig configures a Client.
@@ -23,6 +27,12 @@ type ClientConfig struct {
 	// HeartbeatInterval is how often a Watch publishes a watcher heartbeat.
 	// Default 1s.
 	HeartbeatInterval time.Duration
+	// TracerProvider makes the spans of Submit ("foundryq submit") and
+	// Cancel ("foundryq cancel"), whose W3C trace context goes out in the
+	// messages' headers. Default: the global provider (otel.SetTracerProvider),
+	// a no-op one unless the program set one up; even then a span active in
+	// the caller's context is carried on.
+	TracerProvider trace.TracerProvider
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -49,10 +59,11 @@ func (c ClientConfig) validate() error {
 // It creates nothing on NATS: the workers provision the streams and the
 // state bucket. Safe for concurrent use.
 type Client struct {
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	names Names
-	cfg   ClientConfig
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	names  Names
+	cfg    ClientConfig
+	tracer trace.Tracer
 }
 
 // NewClient returns a Client on nc.
@@ -72,7 +83,7 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events: client: %w", err)
 	}
-	return &Client{nc: nc, js: js, names: names, cfg: cfg}, nil
+	return &Client{nc: nc, js: js, names: names, cfg: cfg, tracer: tracing.Tracer(cfg.TracerProvider)}, nil
 }
 
 // Names returns the subject and stream names the client uses.
@@ -101,7 +112,15 @@ type SubmitResult struct {
 //   - a run id still waiting in the queue gives ErrAlreadyQueued.
 //
 // Submit never generates a run id: use NewRunID.
-func (c *Client) Submit(ctx context.Context, req RunRequest) (SubmitResult, error) {
+//
+// The request's headers carry the W3C trace context of a "foundryq submit"
+// span (a child of the span in ctx, if any): the worker's run span
+// continues it.
+func (c *Client) Submit(ctx context.Context, req RunRequest) (res SubmitResult, err error) {
+	ctx, span := c.tracer.Start(ctx, "foundryq submit", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("foundryq.run_id", req.RunID), attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", c.names.RunSubject(req.RunID))))
+	defer func() { endSpan(span, err) }()
 	if err := req.Validate(); err != nil {
 		return SubmitResult{}, err
 	}
@@ -113,8 +132,10 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (SubmitResult, erro
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: encode: %w", req.RunID, err)
 	}
-	subject := c.names.RunSubject(req.RunID)
-	ack, err := c.js.Publish(ctx, subject, data,
+	msg := nats.NewMsg(c.names.RunSubject(req.RunID))
+	msg.Data = data
+	tracing.Inject(ctx, msg.Header)
+	ack, err := c.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(req.RunID), jetstream.WithExpectStream(c.names.RunsStream()))
 	if err != nil {
 		if jserr.SubjectFull(err) { // the run id is still queued
@@ -132,6 +153,15 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (SubmitResult, erro
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
 	}
 	return SubmitResult{RunID: req.RunID, Stream: ack.Stream, Sequence: ack.Sequence, Status: StatusQueued}, nil
+}
+
+// endSpan records err (if any) on span and ends it.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // existing looks the run id up in the state bucket. done is false when no
@@ -157,7 +187,14 @@ func (c *Client) existing(ctx context.Context, runID, digest string) (res Submit
 // if the run has ended, cancelling otherwise. A reply carrying an error
 // gives the reply and an error wrapping ErrCancelFailed. reason is free
 // text, at most MaxCancelReasonLen characters.
-func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply, error) {
+//
+// The stored cancel and the request carry the W3C trace context of a
+// "foundryq cancel" span (a child of the span in ctx, if any); the
+// worker's spans for the cancel continue it and link to the run's trace.
+func (c *Client) Cancel(ctx context.Context, runID, reason string) (_ CancelReply, err error) {
+	ctx, span := c.tracer.Start(ctx, "foundryq cancel", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("foundryq.run_id", runID), attribute.String("messaging.system", "nats")))
+	defer func() { endSpan(span, err) }()
 	if !ValidRunID(runID) {
 		return CancelReply{}, fmt.Errorf("events: cancel run %q: %w", runID, ErrBadRunID)
 	}
@@ -174,7 +211,10 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply,
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.CancelTimeout)
 	defer cancel()
-	msg, err := c.nc.RequestWithContext(rctx, c.names.CancelSubject(runID), data)
+	rmsg := nats.NewMsg(c.names.CancelSubject(runID))
+	rmsg.Data = data
+	tracing.Inject(ctx, rmsg.Header)
+	msg, err := c.nc.RequestMsgWithContext(rctx, rmsg)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return c.noWorkerReply(ctx, runID), nil
 	}
@@ -194,8 +234,10 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (CancelReply,
 // recordCancel stores the cancel request durably. A cancel already on
 // record for the run is kept (the stream refuses a second one).
 func (c *Client) recordCancel(ctx context.Context, runID string, body []byte) error {
-	_, err := c.js.Publish(ctx, c.names.CancelRecordSubject(runID), body,
-		jetstream.WithExpectStream(c.names.CancelsStream()))
+	msg := nats.NewMsg(c.names.CancelRecordSubject(runID))
+	msg.Data = body
+	tracing.Inject(ctx, msg.Header)
+	_, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(c.names.CancelsStream()))
 	if jserr.SubjectFull(err) {
 		return nil // a cancel is on record already
 	}

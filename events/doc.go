@@ -15,7 +15,9 @@
 //	                                                              dedupe window >= 10m on Nats-Msg-Id = run id;
 //	                                                              durable pull consumer foundryq-workers
 //	foundryq.events.<run_id>  run events (RunEvent JSON)         stream FOUNDRYQ_EVENTS: limits, file, MaxAge 24h,
-//	                                                              AllowDirect
+//	                                                              AllowDirect, republished on foundryq.live.<run_id>
+//	foundryq.live.<run_id>    every stored event, republished by the stream (core NATS; for followers that
+//	                                                              hold no consumer, e.g. the HTTP gateway)
 //	foundryq.cancel.<run_id>  cancel (CancelRequest -> CancelReply), core NATS request-reply, one worker answers
 //	foundryq.watch.<run_id>   watcher heartbeats (empty body), core NATS
 //	foundryq.dead.<run_id>    dead letters                        stream FOUNDRYQ_DEAD: limits, file, MaxAge 30d
@@ -49,8 +51,8 @@
 // run, never repeated), type, time and per-type fields (see the EventType
 // constants). Exactly one terminal event (run.completed, run.failed,
 // run.cancelled) ends every run a worker took. Each message has the headers
-// Nats-Msg-Id "<run_id>:<seq>" (MsgID), Foundryq-Type and
-// Foundryq-Upstream-Seq; NewEventMsg builds such a message.
+// Nats-Msg-Id "<run_id>:<seq>", Foundryq-Type (HeaderType) and
+// Foundryq-Upstream-Seq (HeaderUpstreamSeq).
 //
 // # Cancel
 //
@@ -70,4 +72,12 @@
 // the start or from now, then live, io.EOF after the terminal event), State
 // and Runs (a listing with one filter type, RunFilter). The Client creates
 // nothing on NATS.
+//
+// # Tracing
+//
+// Submit and Cancel make OpenTelemetry spans ("foundryq submit", "foundryq
+// cancel"; ClientConfig.TracerProvider, default the global one) and send
+// their W3C trace context in the messages' headers (traceparent): the
+// worker's run span continues a submitted request's trace, and every event
+// it stores carries the run's traceparent.
 package events

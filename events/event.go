@@ -125,7 +125,7 @@ type RunEvent struct {
 }
 
 // Header names on event messages (besides jetstream.MsgIDHeader, which
-// carries MsgID(run_id, seq)).
+// carries "<run_id>:<seq>").
 const (
 	HeaderType        = "Foundryq-Type"         // the event type
 	HeaderUpstreamSeq = "Foundryq-Upstream-Seq" // last upstream sequence_number covered by the event

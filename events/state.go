@@ -63,7 +63,10 @@ type RunState struct {
 	// End is the run's terminal event, exactly as it is (or is about to be)
 	// stored on the events subject: the record says how the run ended, with
 	// its usage, even after the events have expired.
-	End            *RunEvent  `json:"end,omitempty"`
+	End *RunEvent `json:"end,omitempty"`
+	// Usage is the run's final token usage (that of the terminal event),
+	// kept here so that it outlives the events.
+	Usage          *Usage     `json:"usage,omitempty"`
 	UpstreamStatus string     `json:"upstream_status,omitempty"`
 	CreatedAt      time.Time  `json:"created_at,omitzero"`
 	UpdatedAt      time.Time  `json:"updated_at,omitzero"`

@@ -10,6 +10,9 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/openai/openai-go/v3/option"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // tokenRefreshMargin is how long before expiry a cached token is renewed.
@@ -76,6 +79,14 @@ func (ts *tokenSource) needsRefresh(now time.Time) bool {
 // (OPENAI_API_KEY, OPENAI_ADMIN_KEY, OPENAI_ORG_ID, OPENAI_PROJECT_ID,
 // OPENAI_CUSTOM_HEADERS). The auth middleware removes them before sending.
 var ambientHeaders = []string{"Authorization", "Api-Key", "OpenAI-Organization", "OpenAI-Project"}
+
+// traceMiddleware sends the W3C trace context of the request's context
+// (traceparent, tracestate, baggage) with the request, when it carries a
+// span: Foundry's side of a call joins the caller's trace.
+func traceMiddleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	tracing.Propagator.Inject(req.Context(), propagation.HeaderCarrier(req.Header))
+	return next(req)
+}
 
 // authMiddleware is the last word on credentials: it strips anything the SDK or
 // the environment added and sets either the api-key header or an Entra ID bearer token.

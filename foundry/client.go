@@ -51,7 +51,7 @@ func New(cfg Config) (*Client, error) {
 		option.WithHeaderDel("OpenAI-Project"),
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(cfg.MaxRetries),
-		option.WithMiddleware(c.authMiddleware),
+		option.WithMiddleware(traceMiddleware, c.authMiddleware),
 	)
 	return c, nil
 }

@@ -25,7 +25,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "project without name", cfg: Config{BaseURL: "https://x.services.ai.azure.com/api/projects//openai/v1", APIKey: "k"}, wantErr: "PROJECT"},
 		{name: "query", cfg: Config{BaseURL: "https://x.openai.azure.com/openai/v1?api-version=v1", APIKey: "k"}, wantErr: "query"},
 		{name: "bad scope", cfg: Config{BaseURL: "https://x.openai.azure.com/openai/v1", Credential: cred, Scope: "cognitiveservices"}, wantErr: "Scope"},
-		{name: "bad agent field", cfg: Config{BaseURL: "https://x.openai.azure.com/openai/v1", APIKey: "k", AgentField: "a b"}, wantErr: "AgentField"},
+		{name: "bad agent field", cfg: Config{BaseURL: "https://x.openai.azure.com/openai/v1", APIKey: "k", AgentField: "a b"}, wantErr: `AgentField "a b" is not a valid field name (want letters, digits, _ or -, at most 64 characters)`},
 		{
 			name: "resource with key", cfg: Config{BaseURL: "https://x.openai.azure.com/openai/v1", APIKey: "k"},
 			wantBase: "https://x.openai.azure.com/openai/v1/",

@@ -1,6 +1,7 @@
 package foundry
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -100,3 +101,24 @@ func BenchmarkDecodeDelta(b *testing.B) {
 }
 
 var _ io.ReadCloser = (*repeatReader)(nil)
+
+// BenchmarkStreamPerRun is what one run's stream costs to open and read:
+// a stream of 20 delta frames, opened and read to its end, per iteration.
+// Its B/op is the reader's per-run memory (the read buffer dominates).
+func BenchmarkStreamPerRun(b *testing.B) {
+	body := bytes.Repeat(deltaFrame, 20)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(body))}
+		s := newStream(b.Context(), res, "", -1)
+		n := 0
+		for s.Next() {
+			n++
+		}
+		if n != 20 {
+			b.Fatal(n, s.Err())
+		}
+		s.Close()
+	}
+}

@@ -17,6 +17,11 @@
 //
 // # The openai-go pitfalls this package handles
 //
+// Every request carries the W3C trace context (traceparent, tracestate,
+// baggage) of its context's span, if any, so that Foundry's side joins the
+// caller's trace; the client makes no spans itself (foundryq's worker wraps
+// each call in one).
+//
 // Requests go through github.com/openai/openai-go/v3 (base URL, middleware,
 // retries of idempotent calls), with these corrections:
 //

@@ -501,3 +501,32 @@ func TestEmulatorContextCancelStopsReading(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEmulatorOverCleartextHTTP2: a run streamed and cancelled over HTTP/2
+// without TLS, as foundryq bench --h2c runs the worker against the emulator.
+func TestEmulatorOverCleartextHTTP2(t *testing.T) {
+	t.Parallel()
+	_, c := setup(t, foundrytest.Config{}, func(fc *foundry.Config) { fc.CleartextHTTP2 = true })
+	defer c.CloseIdleConnections()
+	s, err := c.Create(ctxT(t), req("run-h2c", map[string]string{"emu_tokens": "25"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _, last := read(t, s)
+	s.Close()
+	if err := s.Err(); err != nil || last == nil || last.Status != foundry.StatusCompleted || last.OutputText != text {
+		t.Fatalf("Err = %v, last = %+v", err, last)
+	}
+	long, err := c.Create(ctxT(t), req("run-h2c-cancel", map[string]string{"emu_tokens": "100000", "emu_token_ms": "5"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close()
+	if !long.Next() || long.ResponseID() == "" {
+		t.Fatalf("no first event: %v", long.Err())
+	}
+	got, err := c.Cancel(ctxT(t), long.ResponseID())
+	if err != nil || got.Status != foundry.StatusCancelled {
+		t.Fatalf("cancel: %+v, %v", got, err)
+	}
+}

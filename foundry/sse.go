@@ -22,9 +22,15 @@ type sseReader struct {
 	name []byte // event name of the event being assembled (reused)
 }
 
+// sseReadBuffer is the initial read buffer of a stream. A run holds one for
+// its whole life, so it is small: delta frames are a few hundred bytes, and
+// the buffer grows (up to MaxLineSize) for a longer line, such as the final
+// response object.
+const sseReadBuffer = 4 << 10
+
 func newSSEReader(r io.Reader) *sseReader {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 16<<10), MaxLineSize)
+	sc.Buffer(make([]byte, 0, sseReadBuffer), MaxLineSize)
 	sc.Split(scanSSELines)
 	return &sseReader{sc: sc}
 }

@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/foundryq/foundryq/internal/loadtest"
@@ -11,50 +16,131 @@ import (
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("bench", "bench [flags]")
-	runs := f.Int("runs", "", 500, "concurrent runs in each phase")
-	workers := f.Int("workers", "", 2, "in-process workers")
-	tokens := f.Int("tokens", "", 50, "tokens per run in the relay phase")
-	tokenDelay := f.Duration("token-delay", "", 0, "pause between tokens in the relay phase")
-	streamDelay := f.Duration("stream-token-delay", "", 20*time.Millisecond, "pause between tokens of the runs being cancelled")
-	spread := f.Duration("cancel-spread", "", 5*time.Second, "send the cancels evenly over this time (0: all at once, 64 in flight)")
-	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the workers' least time between two text.delta events of a run (negative: off)")
+	quick := f.Bool("quick", "", false, "smaller counts: finishes in under a minute")
+	asJSON := f.Bool("json", "", false, "write the figures to stdout as one JSON object (progress and table go to stderr)")
+	plotFile := f.String("plot", "", "", "draw token latency against load to this file (.png, .svg or .pdf)")
+	profile := f.String("profile", "", "", "save CPU profiles of the worker and NATS (throughput phase) and of the worker (relay phase), and the worker's heap and goroutines (largest memory load) in this directory")
+	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the worker's --event-interval in the relay, cancel, waste and memory phases")
+	memRuns := f.String("memory-runs", "", "", "concurrent runs of the memory phase, comma-separated (default 1000,5000; quick 200,500)")
+	h2c := f.Bool("h2c", "", false, "the worker and the bare reader speak HTTP/2 without TLS to the emulator, as over HTTPS when the service offers HTTP/2 (default: HTTP/1.1)")
 	lf := addLogFlags(f, "console")
 	*lf.level = "error"
-	log, err := parseCommand(f, lf, args, stdout, stderr)
+	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
+		return err
+	}
+	cfg := loadtest.Config{Quick: *quick, ProfileDir: *profile, EventInterval: *interval, H2C: *h2c}
+	if *memRuns != "" {
+		for _, s := range strings.Split(*memRuns, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 {
+				return usageError{fmt.Errorf("bench: --memory-runs: %q is not a positive count", s)}
+			}
+			cfg.MemoryRuns = append(cfg.MemoryRuns, n)
+		}
+	}
+	if *profile != "" {
+		if err := os.MkdirAll(*profile, 0o755); err != nil {
+			return fmt.Errorf("bench: --profile: %w", err)
+		}
+	}
+	table := stdout
+	if *asJSON {
+		table = stderr
+	}
+	cfg.Progress = stderr
+	rep, err := loadtest.Run(ctx, cfg)
+	printReport(table, rep)
 	if err != nil {
 		return err
 	}
-	if *runs < 1 || *workers < 1 || *tokens < 1 {
-		return usageError{fmt.Errorf("bench: --runs, --workers and --tokens must be at least 1")}
+	if *plotFile != "" {
+		if err := loadtest.Plot(rep, *plotFile); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "plot: %s\n", *plotFile)
 	}
-	if *spread == 0 {
-		*spread = -1 // loadtest: negative means all at once
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
 	}
-	fmt.Fprintf(stdout, "foundryq bench: %d concurrent runs, %d workers (event interval %s); embedded NATS (file storage) and the Foundry emulator in this process\n", *runs, *workers, *interval)
-	rep, err := loadtest.Run(ctx, loadtest.Config{
-		Runs: *runs, Workers: *workers, Tokens: *tokens, TokenDelay: *tokenDelay,
-		StreamTokenDelay: *streamDelay, CancelSpread: *spread, EventInterval: *interval, Logger: &log,
-	})
-	printReport(stdout, rep)
-	return err
+	return nil
 }
 
+// printReport writes the figures as a table.
 func printReport(w io.Writer, r loadtest.Report) {
-	if r.RelayElapsed > 0 {
-		secs := r.RelayElapsed.Seconds()
-		fmt.Fprintf(w, "relay:  %d runs x %d tokens in %s: %.0f tokens/s relayed, %d events stored (%.0f/s)\n",
-			r.Config.Runs, r.Config.Tokens, r.RelayElapsed.Round(time.Millisecond), float64(r.RelayTokens)/secs, r.RelayEvents, float64(r.RelayEvents)/secs)
-		fmt.Fprintf(w, "relay:  submit -> first text.delta stored  %s\n", r.FirstToken)
-	}
-	if r.CancelReply.N > 0 {
-		how := fmt.Sprintf("spread over %s", r.Config.CancelSpread)
-		if r.Config.CancelSpread <= 0 {
-			how = "all at once"
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	verdict := func(met bool) string {
+		if met {
+			return "met"
 		}
-		fmt.Fprintf(w, "cancel: %d streaming runs (a token every %s each), cancels %s\n", r.Config.Runs, r.Config.StreamTokenDelay, how)
-		fmt.Fprintf(w, "cancel: request -> reply                   %s\n", r.CancelReply)
-		fmt.Fprintf(w, "cancel: request -> run.cancelled stored    %s\n", r.CancelToEvent)
-		fmt.Fprintf(w, "cancel: Foundry emulator: %d responses cancelled, %d not cancelled, %d tokens and %d tool calls after a cancel; %d replies other than cancelling, %d runs without run.cancelled\n",
-			r.UpstreamCancelled, r.ResponsesNotCancelled, r.TokensAfterCancel, r.ToolCallsAfterCancel, r.CancelResultsUnwanted, r.CancelledEventsMissing)
+		return "MISSED"
 	}
+	fmt.Fprintln(tw, "figure\tfoundryq\tfloor\tratio / target")
+	if rp := r.RawPublish; rp.RawPerSec > 0 {
+		fmt.Fprintf(tw, "throughput: events/s, interval off (raw: %d msgs of %d B)\t%.0f/s\traw JetStream %.0f/s\t%.2f (≥ %.1f: %s)\n",
+			rp.Messages, rp.MessageBytes, rp.FoundryqPerSec, rp.RawPerSec, rp.Ratio, rp.Target, verdict(rp.Met))
+	}
+	for _, pt := range r.Latency.Points {
+		fmt.Fprintf(tw, "latency at %.0f%% (%d runs, %.0f tokens/s): p50 / p99\t%.1f / %.1f ms\tbare reader %.1f / %.1f ms\tadded %.1f / %.1f ms\n",
+			pt.Fraction*100, pt.Runs, pt.OfferedPerSec, pt.Foundryq.P50, pt.Foundryq.P99, pt.Reader.P50, pt.Reader.P99, pt.AddedP50, pt.AddedP99)
+	}
+	if rl := r.Relay; rl.ReaderCPUPerToken > 0 {
+		fmt.Fprintf(tw, "relay: worker CPU per token (%d runs x %d tokens, interval %gms)\t%.2f µs\tbare reader %.2f µs\t%.2f (≤ %.0f: %s)\n",
+			rl.Runs, rl.Tokens, rl.EventIntervalMS, rl.WorkerCPUPerToken, rl.ReaderCPUPerToken, rl.Ratio, rl.Target, verdict(rl.Met))
+		fmt.Fprintf(tw, "relay: NATS CPU per stored event (%d events)\t%.2f µs\t\t\n", rl.EventsStored, rl.NATSCPUPerEvent)
+		fmt.Fprintf(tw, "relay: emulator CPU per token (for scale)\t%.2f µs\t\t\n", rl.EmulatorCPUPerToken)
+	}
+	for _, pt := range r.Memory.Points {
+		fmt.Fprintf(tw, "memory at %d runs: RSS / heap / stacks per run, goroutines per run\t%.1f / %.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",
+			pt.Runs, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun, r.Memory.Target)
+	}
+	if len(r.Memory.Points) > 0 {
+		fmt.Fprintf(tw, "memory: target at the largest load\t\t\t%s\n", verdict(r.Memory.Met))
+	}
+	for _, pt := range r.Cancel.Points {
+		fmt.Fprintf(tw, "cancel at %.0f%% (%d runs, %d measured): reply p50 / p99\t%.1f / %.1f ms\t\t\n", pt.Fraction*100, pt.Runs, pt.Cancelled, pt.Reply.P50, pt.Reply.P99)
+		fmt.Fprintf(tw, "cancel at %.0f%%: run.cancelled stored p50 / p99\t%.1f / %.1f ms\t\t%d not cancelled\n", pt.Fraction*100, pt.Stored.P50, pt.Stored.P99, pt.NotCancelled)
+	}
+	if len(r.Cancel.Points) > 0 {
+		fmt.Fprintf(tw, "cancel: target p99 at 50%% load\t\t\t≤ %.0f ms: %s\n", r.Cancel.Target, verdict(r.Cancel.Met))
+	}
+	wa := r.Waste
+	if wa.Runs > 0 {
+		fmt.Fprintf(tw, "waste (%d runs, cancelled mid %gms tool): tokens, tool calls after the ask\t%d, %d\tnaive disconnect %d, %d\t%s\n",
+			wa.Runs, wa.ToolDelayMS, wa.Foundryq.Tokens, wa.Foundryq.ToolCalls, wa.Naive.Tokens, wa.Naive.ToolCalls, verdict(wa.Met))
+	}
+	_ = tw.Flush()
+}
+
+// runBenchReader is the bare reader of foundryq bench, in a process of its
+// own: it streams responses straight from the emulator, decodes and
+// discards them, and writes what it measured as JSON.
+func runBenchReader(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("bench-reader", "bench-reader [flags] (started by foundryq bench)")
+	url := f.String("url", "", "", "Foundry v1 base URL (the emulator's)")
+	key := f.String("api-key", "", "bench", "API key")
+	prefix := f.String("prefix", "", "reader", "run id prefix (metadata.run_id PREFIX-N)")
+	runs := f.Int("runs", "", 1, "responses streamed at once")
+	tokens := f.Int("tokens", "", 50, "emu_tokens of each response")
+	delay := f.Duration("token-delay", "", 0, "emu_token_ms of each response")
+	out := f.String("out", "", "", "write the result here (default stdout)")
+	h2c := f.Bool("h2c", "", false, "HTTP/2 without TLS")
+	lf := addLogFlags(f, "console")
+	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
+		return err
+	}
+	res, err := loadtest.RunReader(ctx, loadtest.ReaderConfig{BaseURL: *url, APIKey: *key, Prefix: *prefix, Runs: *runs, Tokens: *tokens, TokenDelay: *delay, H2C: *h2c})
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		_, err = stdout.Write(data)
+		return err
+	}
+	return os.WriteFile(*out, data, 0o644)
 }

@@ -23,7 +23,7 @@ func addNATSAuthFlags(f *flags) natsAuthFlags {
 	return natsAuthFlags{
 		user:        f.String("nats-user", "NATS_USER", "", "NATS user (or in the URL: nats://USER:PASSWORD@host)"),
 		password:    f.Secret("nats-password", "NATS_PASSWORD", "password of --nats-user"),
-		creds:       f.String("nats-creds", "NATS_CREDS", "", "NATS credentials file (JWT + seed)"),
+		creds:       f.String("nats-creds", "NATS_CREDS", "", "NATS credentials file (JWT + seed)", fileOrEmpty()),
 		inboxPrefix: f.String("nats-inbox-prefix", "NATS_INBOX_PREFIX", "", "reply inbox prefix; default _INBOX.<user> when the user has a name (the deploy/ configs allow each user only its own)"),
 	}
 }
@@ -55,12 +55,12 @@ type natsFlags struct {
 
 func addNATSFlags(f *flags) natsFlags {
 	return natsFlags{
-		url:     f.String("nats-url", "NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated; tls://host:port requires TLS"),
+		url:     f.String("nats-url", "NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated; tls://host:port requires TLS", notEmpty("nats://HOST:PORT or tls://HOST:PORT, comma-separated")),
 		auth:    addNATSAuthFlags(f),
-		tlsCA:   f.String("nats-tls-ca", "NATS_TLS_CA", "", "CA certificate(s) (PEM) that sign the NATS server's certificate; turns TLS on"),
-		tlsCert: f.String("nats-tls-cert", "NATS_TLS_CERT", "", "client certificate (PEM) for NATS servers that verify clients (with --nats-tls-key)"),
-		tlsKey:  f.String("nats-tls-key", "NATS_TLS_KEY", "", "private key (PEM) of --nats-tls-cert"),
-		prefix:  f.String("prefix", "FOUNDRYQ_PREFIX", "foundryq", "subject prefix of the wire contract"),
+		tlsCA:   f.String("nats-tls-ca", "NATS_TLS_CA", "", "CA certificate(s) (PEM) that sign the NATS server's certificate; turns TLS on", fileOrEmpty()),
+		tlsCert: f.String("nats-tls-cert", "NATS_TLS_CERT", "", "client certificate (PEM) for NATS servers that verify clients (with --nats-tls-key)", fileOrEmpty()),
+		tlsKey:  f.String("nats-tls-key", "NATS_TLS_KEY", "", "private key (PEM) of --nats-tls-cert", fileOrEmpty()),
+		prefix:  f.String("prefix", "FOUNDRYQ_PREFIX", "foundryq", "subject prefix of the wire contract", validPrefix()),
 	}
 }
 
@@ -135,6 +135,17 @@ var secretSettings = []struct {
 	{"emulator-api-key", "FOUNDRYQ_EMULATOR_API_KEY", false},
 }
 
+// secretURLSetting reports whether the setting name holds URLs whose
+// passwords and tokens are secrets.
+func secretURLSetting(name string) bool {
+	for _, s := range secretSettings {
+		if s.flag == name && s.url {
+			return true
+		}
+	}
+	return false
+}
+
 // knownSecrets returns the secret values among the command line's flags
 // and the environment.
 func knownSecrets(args []string, lookupEnv func(string) (string, bool)) []string {
@@ -169,7 +180,7 @@ func runIDArg(f *flags) (string, error) {
 	if err := needArgs(f, 1, "one RUN_ID"); err != nil {
 		return "", err
 	}
-	runID := f.fs.Arg(0)
+	runID := f.Arg(0)
 	if !events.ValidRunID(runID) {
 		return "", usageError{fmt.Errorf("%s: run id %q must match [A-Za-z0-9_-]{1,64}", f.fs.Name(), runID)}
 	}
@@ -189,8 +200,8 @@ func addLogFlags(f *flags, defFormat string) logFlags {
 // --log-level still win).
 func addLogFlagsLevel(f *flags, defFormat, defLevel string) logFlags {
 	return logFlags{
-		level:  f.String("log-level", "LOG_LEVEL", defLevel, "log level: debug, info, warn, error"),
-		format: f.String("log-format", "LOG_FORMAT", defFormat, "log format: json or console"),
+		level:  f.String("log-level", "LOG_LEVEL", defLevel, "log level: debug, info, warn, error", oneOf("debug", "info", "warn", "error")),
+		format: f.String("log-format", "LOG_FORMAT", defFormat, "log format: json or console", oneOf("json", "console")),
 	}
 }
 
@@ -223,7 +234,7 @@ func parseCommand(f *flags, lf logFlags, args []string, stdout, stderr io.Writer
 
 // needArgs checks the positional arguments.
 func needArgs(f *flags, n int, what string) error {
-	if f.fs.NArg() != n {
+	if f.NArg() != n {
 		return usageError{fmt.Errorf("%s: want %s (see foundryq %s --help)", f.fs.Name(), what, f.fs.Name())}
 	}
 	return nil

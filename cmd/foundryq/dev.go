@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
@@ -23,7 +24,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	auth := addNATSAuthFlags(f)
 	emuAddr := f.String("emulator-addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "address of the Foundry emulator (not started when FOUNDRY_ENDPOINT is set)")
 	workers := f.Int("workers", "FOUNDRYQ_DEV_WORKERS", 1, "in-process workers to run (0: none)")
-	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics and /healthz (empty: off)")
+	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics, /healthz and /readyz (empty: off)", hostPortOrEmpty())
+	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (of the whole process: NATS included)")
 	gatewayAddr := f.String("gateway-addr", "FOUNDRYQ_DEV_GATEWAY_ADDR", "127.0.0.1:8080", "address of the HTTP gateway and web console, open without authentication (empty: off)")
 	ef := addEmulatorFlags(f, 25*time.Millisecond)
 	wf := addWorkerFlags(f, true) // with --foundry-endpoint set, dev uses it instead of the emulator
@@ -84,7 +86,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted
 	if *httpAddr != "" {
-		if _, err := serveOps(gctx, g, *httpAddr, reg, stack.Conn); err != nil {
+		if _, err := serveOps(gctx, g, *httpAddr, reg, stack.Conn, stackReady(stack), *profiles); err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
 	}
@@ -130,4 +132,20 @@ Stop with Ctrl-C.
 		err = nil
 	}
 	return err
+}
+
+// stackReady is dev's readiness: every worker of the stack is ready (with
+// --workers 0, the stack's connection is up).
+func stackReady(stack *devstack.Stack) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if !stack.Conn.IsConnected() {
+			return fmt.Errorf("%w: nats: %s", consumer.ErrNotReady, stack.Conn.Status())
+		}
+		for _, w := range stack.Workers() {
+			if err := w.Ready(ctx); err != nil {
+				return fmt.Errorf("worker %s: %w", w.ID(), err)
+			}
+		}
+		return nil
+	}
 }

@@ -20,6 +20,7 @@ type emulatorFlags struct {
 	resumeWindow     *time.Duration
 	acceptAgentField *bool
 	keepalive        *time.Duration
+	recordTimes      *bool
 }
 
 func addEmulatorFlags(f *flags, defDelay time.Duration) emulatorFlags {
@@ -32,6 +33,8 @@ func addEmulatorFlags(f *flags, defDelay time.Duration) emulatorFlags {
 			`accept the deprecated "agent" request field (the service refuses it; pair with --agent-field agent)`),
 		keepalive: f.Duration("emulator-keepalive", "FOUNDRYQ_EMULATOR_KEEPALIVE", 30*time.Second,
 			"interval of keepalive events while response.created is held back (emu_created_ms)"),
+		recordTimes: f.Bool("emulator-record-times", "FOUNDRYQ_EMULATOR_RECORD_TIMES", false,
+			"keep each token's and tool call's time, served at /_emulator/records?run_prefix=P (16 bytes a token; for foundryq bench)"),
 	}
 }
 
@@ -42,6 +45,7 @@ func (e emulatorFlags) config(log zerolog.Logger) foundrytest.Config {
 		DefaultTokenDelay: *e.tokenDelay,
 		ResumeWindow:      *e.resumeWindow,
 		KeepaliveInterval: *e.keepalive,
+		RecordTimes:       *e.recordTimes,
 		Logger:            log,
 
 		AcceptDeprecatedAgentField: *e.acceptAgentField,

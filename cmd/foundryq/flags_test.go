@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"sort"
 	"strings"
 	"testing"
@@ -64,6 +65,36 @@ func TestHelpShowsNoSecret(t *testing.T) {
 		}
 		if !strings.Contains(stdout, "env NATS_PASSWORD (a secret: give it in the environment") {
 			t.Errorf("%s --help does not mark --nats-password as a secret", name)
+		}
+	}
+}
+
+// Flags may follow the positional arguments; after "--" all is positional.
+func TestFlagsAfterArguments(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		json bool
+		pos  string
+	}{
+		{[]string{"r1", "--json"}, true, "r1"},
+		{[]string{"--json", "r1"}, true, "r1"},
+		{[]string{"r1"}, false, "r1"},
+		{[]string{"r1", "--", "--json"}, false, "r1 --json"},
+		{[]string{"--", "-x"}, false, "-x"},
+		{[]string{"a", "--json", "b"}, true, "a b"},
+	} {
+		f := newFlags("x", "x")
+		asJSON := f.Bool("json", "", false, "")
+		if err := f.parse(c.args, io.Discard); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		var pos []string
+		for i := range f.NArg() {
+			pos = append(pos, f.Arg(i))
+		}
+		if *asJSON != c.json || strings.Join(pos, " ") != c.pos {
+			t.Errorf("%v: json %v, positional %q; want %v, %q", c.args, *asJSON, pos, c.json, c.pos)
 		}
 	}
 }

@@ -14,27 +14,33 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"github.com/foundryq/foundryq/internal/secrets"
+	"github.com/foundryq/foundryq/internal/tracing"
 )
 
 // command is one subcommand.
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	hidden  bool // a helper process of another command, not in the usage
 }
 
 var commands = map[string]command{
-	"worker":   {"run a worker: pull run requests, stream runs from Foundry, answer cancels", runWorker},
-	"submit":   {"submit a run request (and optionally watch it)", runSubmit},
-	"watch":    {"follow a run's events: text to stdout, lifecycle to stderr", runWatch},
-	"cancel":   {"cancel a run server-side", runCancel},
-	"runs":     {"show the recorded state of one run or of all runs", runRuns},
-	"dev":      {"embedded NATS + Foundry emulator + workers, for development", runDev},
-	"demo":     {"a self-contained demonstration of streaming and server-side cancel", runDemo},
-	"emulator": {"serve the Foundry Responses API emulator", runEmulator},
-	"bench":    {"measure cancel and relay latency on embedded NATS and the emulator", runBench},
-	"gateway":  {"serve the HTTP/SSE API and the web console", runGateway},
+	"worker":       {"run a worker: pull run requests, stream runs from Foundry, answer cancels", runWorker, false},
+	"submit":       {"submit a run request (and optionally watch it)", runSubmit, false},
+	"watch":        {"follow a run's events: text to stdout, lifecycle to stderr", runWatch, false},
+	"cancel":       {"cancel a run server-side", runCancel, false},
+	"runs":         {"show the recorded state of one run or of all runs", runRuns, false},
+	"dev":          {"embedded NATS + Foundry emulator + workers, for development", runDev, false},
+	"demo":         {"a self-contained demonstration of streaming and server-side cancel", runDemo, false},
+	"emulator":     {"serve the Foundry Responses API emulator", runEmulator, false},
+	"bench":        {"measure foundryq (NATS, emulator, worker: separate processes) against a bare reader and raw JetStream", runBench, false},
+	"bench-reader": {"the bare SSE reader of foundryq bench", runBenchReader, true},
+	"gateway":      {"serve the HTTP/SSE API and the web console", runGateway, false},
 }
 
 // errHelp means help was printed on request.
@@ -86,7 +92,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr)
 		return exitUsage
 	}
-	err := cmd.run(ctx, args[1:], stdout, stderr)
+	stopTracing, err := startTracing(ctx, args[0], stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "foundryq:", err)
+		return exitUsage
+	}
+	err = cmd.run(ctx, args[1:], stdout, stderr)
+	stopTracing()
 	var code exitCode
 	var usage usageError
 	var unreachable natsUnreachable
@@ -107,10 +119,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// startTracing sets up OpenTelemetry tracing as the standard OTEL_*
+// environment asks (tracing.PlanFromEnv; off unless it names an exporter)
+// for command: the global tracer provider, with service.name
+// "foundryq-<command>" unless OTEL_SERVICE_NAME says otherwise, and the W3C
+// propagator. console spans go to stderr. The returned function flushes
+// the spans, for at most 5s.
+func startTracing(ctx context.Context, command string, stderr io.Writer) (func(), error) {
+	plan, err := tracing.PlanFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	tp, err := tracing.NewProvider(ctx, plan, "foundryq-"+command, stderr)
+	if err != nil || tp == nil {
+		return func() {}, err
+	}
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(tracing.Propagator)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(sctx); err != nil {
+			fmt.Fprintln(stderr, "foundryq: flush traces:", err)
+		}
+	}, nil
+}
+
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "foundryq runs Azure AI Foundry agent runs over NATS JetStream.\n\nUsage: foundryq <command> [flags]\n\nCommands:")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
+	for n, c := range commands {
+		if c.hidden {
+			continue
+		}
 		names = append(names, n)
 	}
 	sort.Strings(names)

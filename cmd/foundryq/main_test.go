@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +15,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(benchChildEnv) == "1" {
+		// A process of foundryq bench (TestBenchQuickJSON): be foundryq.
+		main()
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
 type syncBuffer struct {
@@ -107,14 +115,14 @@ func freePort(t *testing.T) int {
 // The README's first command, end to end: dev mode, then submit --watch,
 // a slow run cancelled with the cancel command, runs, and exit codes.
 func TestDevModeWithTheCLI(t *testing.T) {
-	natsPort, emuPort, gwPort := freePort(t), freePort(t), freePort(t)
+	natsPort, emuPort, gwPort, opsPort := freePort(t), freePort(t), freePort(t), freePort(t)
 	t.Setenv("FOUNDRY_ENDPOINT", "") // the emulator, whatever the caller's environment
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var devOut, devErr syncBuffer
 	go func() {
 		done <- run(ctx, []string{"dev", "--nats-port", strconv.Itoa(natsPort), "--emulator-addr", "127.0.0.1:" + strconv.Itoa(emuPort),
-			"--http-addr", "", "--gateway-addr", "127.0.0.1:" + strconv.Itoa(gwPort),
+			"--http-addr", "127.0.0.1:" + strconv.Itoa(opsPort), "--gateway-addr", "127.0.0.1:" + strconv.Itoa(gwPort),
 			"--workers", "2", "--emulator-token-delay", "1ms", "--log-level", "warn"}, &devOut, &devErr)
 	}()
 	defer func() {
@@ -143,6 +151,8 @@ func TestDevModeWithTheCLI(t *testing.T) {
 		t.Fatalf("dev does not print the console URL %s:\n%s", consoleURL, devOut.String())
 	}
 	checkGatewayServes(t, consoleURL, "")
+	// dev's /readyz: both workers ready.
+	waitHTTP(t, "http://127.0.0.1:"+strconv.Itoa(opsPort)+"/readyz", http.StatusOK, "ok")
 
 	code, stdout, stderr := runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "hello", "--run-id", "cli-1", "--watch")
 	if code != 0 || !strings.HasPrefix(stdout, "cli-1\n") || len(strings.TrimSpace(stdout)) < len("cli-1")+10 || !strings.Contains(stderr, "run completed") {

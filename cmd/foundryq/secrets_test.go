@@ -115,7 +115,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	if code, stdout, stderr := out.cli(t, cctx, "runs", "runs", "--nats-url", natsURL); code != 0 || !strings.Contains(stdout, "sec-1") || !strings.Contains(stdout, "sec-2") {
 		t.Fatalf("runs as client: %d %s %s", code, stdout, stderr)
 	}
-	if code, stdout, stderr := out.cli(t, cctx, "runs", "runs", "--nats-url", natsURL, "sec-1"); code != 0 || !strings.Contains(stdout, `"completed"`) {
+	if code, stdout, stderr := out.cli(t, cctx, "runs", "runs", "--nats-url", natsURL, "--json", "sec-1"); code != 0 || !strings.Contains(stdout, `"completed"`) {
 		t.Fatalf("runs sec-1 as client: %d %s %s", code, stdout, stderr)
 	}
 
@@ -180,7 +180,7 @@ func waitRunning(t *testing.T, ctx context.Context, out *outputs, natsURL, runID
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, stdout, _ := out.cli(t, ctx, "runs "+runID, "runs", "--nats-url", natsURL, runID)
+		_, stdout, _ := out.cli(t, ctx, "runs "+runID, "runs", "--nats-url", natsURL, "--json", runID)
 		if strings.Contains(stdout, `"response_id"`) {
 			return
 		}

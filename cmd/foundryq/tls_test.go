@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +35,10 @@ func TestTLSFlags(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var wout, werr syncBuffer
+	opsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	go func() {
 		args := append([]string{"worker", "--nats-url", "tls://" + hostPort, "--nats-user", "worker", "--nats-password", "workerpw4",
-			"--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "tls-emu-key", "--http-addr", "", "--log-level", "warn"}, tlsArgs...)
+			"--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "tls-emu-key", "--http-addr", opsAddr, "--log-level", "warn"}, tlsArgs...)
 		done <- run(ctx, args, &wout, &werr)
 	}()
 	defer func() {
@@ -65,6 +68,8 @@ func TestTLSFlags(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The worker's readiness check needs no right beyond the worker role's.
+	waitHTTP(t, "http://"+opsAddr+"/readyz", http.StatusOK, "ok")
 	code, stdout, stderr := runCmd(t, cctx, append([]string{"submit", "--nats-url", clientURL, "--model", "m", "--input", "hi", "--run-id", "tls-1", "--watch"}, tlsArgs...)...)
 	if code != 0 || !strings.Contains(stderr, "run completed") {
 		t.Fatalf("submit --watch over TLS: %d\n%s\n%s", code, stdout, stderr)

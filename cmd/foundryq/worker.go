@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -26,13 +28,14 @@ import (
 // workerFlags are the settings of a worker (shared by worker and dev).
 type workerFlags struct {
 	endpoint, apiKey, scope, agentField         *string
-	allowHTTP                                   *bool
+	allowHTTP, h2c                              *bool
 	secretsDir, secretHosts                     *string
 	concurrency, maxDeliver, replicas           *int
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
 	eventInterval, cancelAudit, foregroundPoll  *time.Duration
+	stuckAfter                                  *time.Duration
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -40,25 +43,30 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	if withEndpoint {
 		w.endpoint = f.String("foundry-endpoint", "FOUNDRY_ENDPOINT", "", "Foundry v1 base URL: https://RES.openai.azure.com/openai/v1/ or https://RES.services.ai.azure.com/api/projects/PROJECT/openai/v1/")
 		w.allowHTTP = f.Bool("foundry-allow-http", "FOUNDRY_ALLOW_HTTP", false, "allow an http:// --foundry-endpoint on a host other than loopback (an emulator on a private network; never Azure)")
+		w.h2c = f.Bool("foundry-h2c", "FOUNDRY_H2C", false, "speak HTTP/2 without TLS to an http:// --foundry-endpoint (the emulator accepts it; over https HTTP/2 is negotiated by itself)")
 		w.apiKey = f.Secret("foundry-api-key", "FOUNDRY_API_KEY", "Foundry API key; without it Entra ID (DefaultAzureCredential) is used")
-		w.scope = f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host")
-		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference")
+		w.scope = f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host", rule[string]{validScope, `"" (chosen from the endpoint) or an absolute URL such as https://ai.azure.com/.default`})
+		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference", rule[string]{func(v string) bool { return foundry.ValidFieldName(v) }, "a JSON field name of [A-Za-z0-9_-], at most 64 characters"})
 	}
-	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once")
-	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)")
-	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", 0, "run deadline for requests without timeout_seconds (0: none)")
-	w.eventInterval = f.Duration("event-interval", "FOUNDRYQ_EVENT_INTERVAL", 50*time.Millisecond, "least time between two text.delta events of a run; text arriving sooner merges (negative: off)")
-	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel")
-	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)")
-	w.foregroundPoll = f.Duration("foreground-poll-timeout", "FOUNDRYQ_FOREGROUND_POLL_TIMEOUT", time.Minute, "how long to poll a foreground response (hosted agents) whose stream broke before the run ends stream_lost")
-	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown")
-	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the failures so far), unless Foundry asks for another")
-	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes")
-	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "failed attempts a run may use before it ends run.failed (hand-offs and lease renewals do not count)")
-	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept")
-	w.stateTTL = f.Duration("state-ttl", "FOUNDRYQ_STATE_TTL", 7*24*time.Hour, "how long run state records are kept")
-	w.replicas = f.Int("replicas", "FOUNDRYQ_REPLICAS", 1, "JetStream replicas for streams and bucket")
-	w.secretsDir = f.String("secrets-dir", "FOUNDRYQ_SECRETS_DIR", "", "directory of secrets, one file each (a mounted Kubernetes Secret), for {\"secret\": NAME} references in MCP tools; also read: FOUNDRYQ_SECRET_<NAME> variables")
+	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once", atLeast(1))
+	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)", idOrEmpty())
+	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", 0, "run deadline for requests without timeout_seconds (0: none)", notNegative("none"))
+	w.eventInterval = f.Duration("event-interval", "FOUNDRYQ_EVENT_INTERVAL", 50*time.Millisecond, "least time between two text.delta events of a run; text arriving sooner merges (negative: off)", positiveOrOff(5*time.Second))
+	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel", positive())
+	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)", positiveOrOff(0))
+	w.foregroundPoll = f.Duration("foreground-poll-timeout", "FOUNDRYQ_FOREGROUND_POLL_TIMEOUT", time.Minute, "how long to poll a foreground response (hosted agents) whose stream broke before the run ends stream_lost", positive())
+	w.stuckAfter = f.Duration("stuck-after", "FOUNDRYQ_STUCK_AFTER", 5*time.Minute, "a run that stores no event for this long counts in the foundryq_runs_stuck gauge", positive())
+	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown", positive())
+	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the failures so far), unless Foundry asks for another", positive())
+	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes", durAtLeast(time.Second))
+	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "failed attempts a run may use before it ends run.failed (hand-offs and lease renewals do not count)", atLeast(1))
+	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept", durAtLeast(time.Second))
+	w.stateTTL = f.Duration("state-ttl", "FOUNDRYQ_STATE_TTL", 7*24*time.Hour, "how long run state records are kept", durAtLeast(time.Second))
+	f.checkAfter("state-ttl", func() bool { return *w.stateTTL >= *w.eventsMaxAge }, func() string {
+		return fmt.Sprintf("at least --events-max-age (%s): a run id must be known as long as its events are kept", *w.eventsMaxAge)
+	})
+	w.replicas = f.Int("replicas", "FOUNDRYQ_REPLICAS", 1, "JetStream replicas for streams and bucket", between(1, 5))
+	w.secretsDir = f.String("secrets-dir", "FOUNDRYQ_SECRETS_DIR", "", "directory of secrets, one file each (a mounted Kubernetes Secret), for {\"secret\": NAME} references in MCP tools; also read: FOUNDRYQ_SECRET_<NAME> variables", dirOrEmpty())
 	w.secretHosts = f.String("secret-hosts", "FOUNDRYQ_SECRET_HOSTS", "", "where each secret may be sent: NAME=HOST[,HOST...] entries separated by ';' or spaces (HOST: an https server_url host, *.domain, or a connector id)")
 	return w
 }
@@ -117,6 +125,7 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		ShutdownTimeout:       *w.shutdown,
 		ForegroundPollTimeout: *w.foregroundPoll,
 		RetryDelay:            *w.retryDelay,
+		StuckAfter:            *w.stuckAfter,
 		Logger:                log,
 		Provision: consumer.ProvisionConfig{
 			Replicas:     *w.replicas,
@@ -129,15 +138,21 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 }
 
 func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
-	return foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+	c := foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+	if w.h2c != nil {
+		c.CleartextHTTP2 = *w.h2c
+	}
+	return c
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("worker", "worker [flags]")
 	nf := addNATSFlags(f)
 	wf := addWorkerFlags(f, true)
-	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics and /healthz (empty: off)")
+	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics, /healthz and /readyz (empty: off)", hostPortOrEmpty())
+	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (keep that address private)")
 	lf := addLogFlags(f, "json")
+	printConfig := f.Bool("print-config", "", false, "print the effective configuration (flag, environment or default; secrets redacted) after checking it, and exit")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
 		return err
@@ -152,11 +167,24 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	cfg := wf.config(*nf.prefix, &log)
+	if err := cfg.Validate(); err != nil {
+		return usageError{fmt.Errorf("worker: %w", err)}
+	}
 	up, err := foundry.New(wf.foundryConfig(*wf.endpoint, *wf.apiKey))
 	if err != nil {
+		if errors.Is(err, foundry.ErrInvalidConfig) {
+			err = usageError{fmt.Errorf("worker: --foundry-* settings: %w", err)}
+		}
 		return err
 	}
 	defer up.CloseIdleConnections()
+	if *printConfig {
+		if err := f.printConfig(stdout); err != nil {
+			return err
+		}
+		return printTracing(stdout, os.Environ())
+	}
 	nc, err := nf.connect("foundryq-worker", true)
 	if err != nil {
 		return err
@@ -165,7 +193,6 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := wf.config(*nf.prefix, &log)
 	cfg.Registerer = reg
 	cfg.Secrets = resolver
 	w, err := consumer.New(nc, up, cfg)
@@ -174,24 +201,41 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if *httpAddr != "" {
-		addr, err := serveOps(gctx, g, *httpAddr, reg, nc)
+		addr, err := serveOps(gctx, g, *httpAddr, reg, nc, w.Ready, *profiles)
 		if err != nil {
 			return err
 		}
-		log.Info().Str("addr", addr).Msg("serving /metrics and /healthz")
+		log.Info().Str("addr", addr).Msg("serving /metrics, /healthz and /readyz")
 	}
 	g.Go(func() error { return w.Run(gctx) })
 	return g.Wait()
 }
 
-// serveOps serves Prometheus metrics and a health check on addr, in g,
-// until ctx ends. It returns the address it listens on.
-func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn) (string, error) {
+// serveOps serves Prometheus metrics, a liveness check (/healthz: the NATS
+// connection is up) and a readiness check (/readyz: ready says so) on addr,
+// in g, until ctx ends, and with withPprof Go's profiles at /debug/pprof/.
+// Both checks answer 200 "ok", or 503 with a one-line reason. It returns
+// the address it listens on.
+func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, nc *nats.Conn, ready func(context.Context) error, withPprof bool) (string, error) {
 	mux := http.NewServeMux()
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !nc.IsConnected() {
 			http.Error(w, "nats: "+nc.Status().String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -215,3 +259,6 @@ func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *promethe
 	})
 	return ln.Addr().String(), nil
 }
+
+// oneLine joins the lines of s (errors.Join makes several).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -82,6 +82,13 @@ type Config struct {
 	// (only APIKey, if set).
 	EntraKeys []*rsa.PublicKey
 
+	// RecordTimes keeps, for every response, the time each text token was
+	// generated and the times each MCP tool call started and finished, for
+	// ResponseRecord.TokenTimes and .ToolCalls (served at GET
+	// /_emulator/records). It costs 16 bytes per token: meant for
+	// benchmarks (foundryq bench). Default false.
+	RecordTimes bool
+
 	// Logger receives one line per created, cancelled and finished response.
 	// Default: the zero zerolog.Logger, which discards everything.
 	Logger zerolog.Logger

@@ -288,6 +288,9 @@ func (g *generator) toolCall(index int, label, name string) bool {
 	}) && g.emit(evMCPArgsDone, func(r *response, seq int) any {
 		r.toolRunning = true
 		g.h.stats.toolStarted.Add(1)
+		if g.h.cfg.RecordTimes {
+			r.toolCalls = append(r.toolCalls, ToolCallRecord{StartedAt: time.Now()})
+		}
 		return mcpArgsDoneEvent{Type: evMCPArgsDone, SequenceNumber: seq, ItemID: r.mcpID, OutputIndex: index, Arguments: args}
 	})
 	if !ok {
@@ -308,6 +311,9 @@ func (g *generator) toolCall(index int, label, name string) bool {
 	}
 	r.toolRunning = false
 	g.h.stats.toolCompleted.Add(1)
+	if n := len(r.toolCalls); n > 0 {
+		r.toolCalls[n-1].FinishedAt = time.Now()
+	}
 	if !r.cancelledAt.IsZero() {
 		g.h.stats.toolAfterCancel.Add(1)
 	}
@@ -399,21 +405,27 @@ func (g *generator) token(i int) bool {
 	defer r.mu.Unlock()
 	if r.writeFailed && !r.stopped {
 		// The token is generated (and billed) but its write fails.
-		g.countTokenLocked()
+		g.countTokenLocked(i)
 	}
 	if !g.canEmitLocked() {
 		return false
 	}
-	g.countTokenLocked()
+	g.countTokenLocked(i)
 	r.buf = appendDeltaFrame(r.buf, len(r.ends), r.msgID, r.msgIndex, r.seed, i)
 	r.text = appendToken(r.text, r.seed, i)
 	r.endEventLocked()
 	return true
 }
 
-func (g *generator) countTokenLocked() {
+// countTokenLocked counts token i as generated (and, with
+// Config.RecordTimes, records when).
+func (g *generator) countTokenLocked(i int) {
 	r, s := g.r, &g.h.stats
 	r.tokens++
+	if g.h.cfg.RecordTimes {
+		r.tokenTimes = append(r.tokenTimes, time.Now().UnixNano())
+		r.tokenEnds = append(r.tokenEnds, len(r.text)+tokenLen(r.seed, i))
+	}
 	s.tokens.Add(1)
 	if !r.cancelledAt.IsZero() {
 		r.tokensAfterCancel++

@@ -60,6 +60,7 @@ func NewHandler(cfg Config) *Handler {
 		mux.HandleFunc("POST "+base+"/responses/{id}/cancel", h.authed(h.handleCancel))
 	}
 	mux.HandleFunc("GET /_emulator/stats", h.handleStats)
+	mux.HandleFunc("GET /_emulator/records", h.handleRecords)
 	mux.HandleFunc("/_emulator/throttle", h.handleThrottle)
 	mux.HandleFunc("/", h.handleUnknown)
 	h.mux = mux
@@ -74,6 +75,7 @@ func NewHandler(cfg Config) *Handler {
 //	POST   /openai/v1/responses/{id}/cancel
 //	DELETE /openai/v1/responses/{id}
 //	GET    /_emulator/stats                     (Stats as JSON; never needs the key)
+//	GET    /_emulator/records?run_prefix=P      (RecordsByPrefix as JSON; no key)
 //	POST   /_emulator/throttle?for=D&retry_after=R (see Throttle; GET, DELETE too; no key)
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.mu.Lock()

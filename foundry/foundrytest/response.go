@@ -67,6 +67,12 @@ type response struct {
 
 	tokensAfterCancel     int
 	tokensAfterDisconnect int
+
+	// With Config.RecordTimes: when each token was generated (Unix ns) and
+	// the length of the text once it is appended; the tool calls.
+	tokenTimes []int64
+	tokenEnds  []int
+	toolCalls  []ToolCallRecord
 }
 
 // seqLocked is the sequence number of the next event.
@@ -316,6 +322,9 @@ func (r *response) record() ResponseRecord {
 		TokensAfterDisconnect: r.tokensAfterDisconnect,
 		StreamsAttached:       r.attached,
 		Text:                  string(r.text),
+		TokenTimes:            append([]int64(nil), r.tokenTimes...),
+		TokenEnds:             append([]int(nil), r.tokenEnds...),
+		ToolCalls:             append([]ToolCallRecord(nil), r.toolCalls...),
 	}
 }
 

@@ -42,7 +42,7 @@ func Listen(addr string, cfg Config) (*Server, error) {
 	s := &Server{
 		h:   h,
 		ln:  ln,
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: serverProtocols()},
 		url: "http://" + ln.Addr().String(),
 	}
 	s.done.Add(1)
@@ -53,6 +53,16 @@ func Listen(addr string, cfg Config) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// serverProtocols are HTTP/1.1 and HTTP/2 without TLS (prior knowledge),
+// for clients such as foundry.Config.CleartextHTTP2 that stand in for the
+// HTTP/2 a TLS endpoint negotiates.
+func serverProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
 }
 
 // URL is the server's root, e.g. "http://127.0.0.1:40123".

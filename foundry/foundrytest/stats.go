@@ -118,4 +118,23 @@ type ResponseRecord struct {
 	StreamsAttached int `json:"streams_attached"`
 	// Text is the output text emitted so far (the concatenated deltas).
 	Text string `json:"text"`
+	// TokenTimes holds, with Config.RecordTimes, when each text token was
+	// generated, in Unix nanoseconds (a token generated while a foreground
+	// client's write fails is included, as in Tokens).
+	TokenTimes []int64 `json:"token_times,omitempty"`
+	// TokenEnds holds, with Config.RecordTimes, the length in bytes of the
+	// output text once token i is appended: a reader that has received n
+	// bytes of text has received every token whose end is at most n.
+	TokenEnds []int `json:"token_ends,omitempty"`
+	// ToolCalls holds, with Config.RecordTimes, the MCP tool calls started.
+	ToolCalls []ToolCallRecord `json:"tool_calls,omitempty"`
+}
+
+// ToolCallRecord is one MCP tool call of a response (Config.RecordTimes).
+type ToolCallRecord struct {
+	// StartedAt is when the call started (its arguments were done).
+	StartedAt time.Time `json:"started_at"`
+	// FinishedAt is when the call ran to its end; zero if it was aborted
+	// (by a cancel) or is still running.
+	FinishedAt time.Time `json:"finished_at"`
 }

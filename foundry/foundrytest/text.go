@@ -70,6 +70,14 @@ func appendToken(dst []byte, seed uint64, i int) []byte {
 	return append(append(dst, ' '), w...)
 }
 
+// tokenLen is len(appendToken(nil, seed, i)), without allocating.
+func tokenLen(seed uint64, i int) int {
+	if i == 0 {
+		return len(word(seed, i))
+	}
+	return 1 + len(word(seed, i))
+}
+
 // estimateTokens is the emulator's input token count: about one token per
 // four bytes, at least one.
 func estimateTokens(parts ...[]byte) int {

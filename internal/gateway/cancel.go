@@ -33,7 +33,7 @@ func (g *Gateway) cancelRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	reply, err := t.client.Cancel(r.Context(), id, creq.Reason)
+	reply, err := t.client.Cancel(traceContext(r), id, creq.Reason)
 	switch {
 	case errors.Is(err, events.ErrCancelFailed):
 		e := apiErr(http.StatusBadGateway, CodeCancelFailed, "the worker could not cancel run %s: %s", id, reply.Error)

@@ -7,7 +7,7 @@ import (
 
 // Headers a browser may send and read across origins.
 const (
-	corsAllowHeaders  = "Authorization, Content-Type, Last-Event-ID"
+	corsAllowHeaders  = "Authorization, Content-Type, Last-Event-ID, traceparent, tracestate"
 	corsAllowMethods  = "GET, POST, OPTIONS"
 	corsExposeHeaders = "Location"
 	corsMaxAge        = "600"

@@ -59,7 +59,7 @@ func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := t.client.Submit(r.Context(), req)
+	res, err := t.client.Submit(traceContext(r), req)
 	var used *events.RunIDUsedError
 	switch {
 	case err == nil:

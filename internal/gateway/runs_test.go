@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -193,5 +194,30 @@ func TestListRuns(t *testing.T) {
 		if ae := r.apiError(t); r.status != http.StatusBadRequest || ae.Code != gateway.CodeBadParameter || ae.Field != c.field {
 			t.Errorf("%s: %d %+v", c.q, r.status, ae)
 		}
+	}
+}
+
+// A caller's W3C traceparent goes on with the run request the gateway
+// submits (a worker's run span continues it).
+func TestCreateRunContinuesTheCallersTrace(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0) // no worker: the request stays in the stream
+	g := e.gateway(gateway.Config{})
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	cr := g.create(t, runRequest(nil), "traceparent", parent)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := mustJS(t, e.nc).Stream(ctx, events.Names{}.RunsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, events.Names{}.RunSubject(cr.RunID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No tracer provider is set up here: the submit span is a no-op that
+	// carries the caller's span context on unchanged.
+	if got := msg.Header.Get("traceparent"); got != parent {
+		t.Fatalf("run request traceparent %q, want the caller's %q", got, parent)
 	}
 }

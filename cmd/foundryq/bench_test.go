@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+// benchChildEnv marks a process that foundryq bench started from this test
+// binary: TestMain runs it as the foundryq command instead of the tests.
+const benchChildEnv = "FOUNDRYQ_TEST_AS_COMMAND"
+
+// TestBenchQuickJSON runs `foundryq bench --quick --json` (its processes
+// are this test binary acting as foundryq) and checks the JSON: the six
+// sections, each with sane figures. It takes about a minute, longer under
+// -race: it runs when FOUNDRYQ_BENCH_SMOKE=1 (a step of its own in CI).
+func TestBenchQuickJSON(t *testing.T) {
+	if os.Getenv("FOUNDRYQ_BENCH_SMOKE") != "1" {
+		t.Skip("set FOUNDRYQ_BENCH_SMOKE=1 to run the bench smoke test (about a minute)")
+	}
+	t.Setenv(benchChildEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	plot := t.TempDir() + "/latency.png"
+	start := time.Now()
+	code, stdout, stderr := runCmd(t, ctx, "bench", "--quick", "--json", "--memory-runs", "100,200", "--plot", plot)
+	t.Logf("bench --quick took %s; progress and table:\n%s", time.Since(start).Round(time.Second), stderr)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(stdout), &top); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	keys := make([]string, 0, len(top))
+	for k := range top {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if want := []string{"cancel", "latency", "memory", "raw_publish", "relay", "waste"}; !slices.Equal(keys, want) {
+		t.Fatalf("top-level keys %v, want %v", keys, want)
+	}
+	var rep struct {
+		Relay struct {
+			Worker, Reader, Ratio, NATS float64
+			Tokens                      int `json:"tokens_relayed"`
+		} `json:"relay"`
+		Raw struct {
+			Raw      float64 `json:"raw_msgs_per_s"`
+			Foundryq float64 `json:"foundryq_events_per_s"`
+			Ratio    float64 `json:"ratio"`
+		} `json:"raw_publish"`
+		Latency struct {
+			Max    float64 `json:"max_tokens_per_s"`
+			Points []struct {
+				Runs     int
+				Foundryq struct {
+					N   int     `json:"n"`
+					P50 float64 `json:"p50_ms"`
+					P99 float64 `json:"p99_ms"`
+				} `json:"foundryq"`
+				Reader struct {
+					N int `json:"n"`
+				} `json:"reader"`
+			} `json:"points"`
+		} `json:"latency"`
+		Memory struct {
+			Points []struct {
+				Runs       int     `json:"runs"`
+				RSS        float64 `json:"rss_kib_per_run"`
+				Goroutines float64 `json:"goroutines_per_run"`
+			} `json:"points"`
+		} `json:"memory"`
+		Cancel struct {
+			Points []struct {
+				Cancelled    int `json:"cancels_measured"`
+				NotCancelled int `json:"not_cancelled"`
+				Reply        struct {
+					N   int     `json:"n"`
+					P99 float64 `json:"p99_ms"`
+				} `json:"reply"`
+				Stored struct {
+					N int `json:"n"`
+				} `json:"cancelled_stored"`
+			} `json:"points"`
+		} `json:"cancel"`
+		Waste struct {
+			Runs  int `json:"runs"`
+			Naive struct {
+				Tokens    int `json:"tokens"`
+				ToolCalls int `json:"tool_calls"`
+			} `json:"naive_disconnect"`
+			Foundryq struct {
+				Tokens    int `json:"tokens"`
+				ToolCalls int `json:"tool_calls"`
+			} `json:"foundryq"`
+		} `json:"waste"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]map[string]any
+	_ = json.Unmarshal([]byte(stdout), &raw)
+	for _, sec := range []string{"relay", "raw_publish"} {
+		if r, ok := raw[sec]["ratio"].(float64); !ok || r <= 0 {
+			t.Errorf("%s.ratio = %v, want a positive number", sec, raw[sec]["ratio"])
+		}
+	}
+	if w, ok := raw["relay"]["worker_cpu_us_per_token"].(float64); !ok || w <= 0 || w > 100_000 {
+		t.Errorf("relay.worker_cpu_us_per_token = %v", raw["relay"]["worker_cpu_us_per_token"])
+	}
+	if rep.Raw.Raw <= 0 || rep.Raw.Foundryq <= 0 || rep.Latency.Max <= 0 {
+		t.Errorf("rates: raw %v, foundryq %v, max %v", rep.Raw.Raw, rep.Raw.Foundryq, rep.Latency.Max)
+	}
+	if len(rep.Latency.Points) != 3 {
+		t.Errorf("latency points: %+v", rep.Latency.Points)
+	}
+	for _, p := range rep.Latency.Points {
+		if p.Foundryq.N == 0 || p.Reader.N == 0 || p.Foundryq.P50 <= 0 || p.Foundryq.P99 < p.Foundryq.P50 {
+			t.Errorf("latency point %+v", p)
+		}
+	}
+	if len(rep.Memory.Points) != 2 || rep.Memory.Points[1].Runs != 200 {
+		t.Errorf("memory points %+v", rep.Memory.Points)
+	}
+	for _, p := range rep.Memory.Points {
+		if p.RSS <= 0 || p.RSS > 10_000 || p.Goroutines <= 0 || p.Goroutines > 100 {
+			t.Errorf("memory point %+v", p)
+		}
+	}
+	if len(rep.Cancel.Points) != 2 {
+		t.Errorf("cancel points %+v", rep.Cancel.Points)
+	}
+	for _, p := range rep.Cancel.Points {
+		if p.Cancelled == 0 || p.Reply.N != p.Cancelled || p.Stored.N != p.Cancelled || p.NotCancelled != 0 || p.Reply.P99 <= 0 {
+			t.Errorf("cancel point %+v", p)
+		}
+	}
+	// The one figure fixed by construction: a cancel sent mid-tool stops the
+	// tool and every token after it; a dropped connection does not.
+	if rep.Waste.Runs == 0 || rep.Waste.Foundryq.Tokens != 0 || rep.Waste.Foundryq.ToolCalls != 0 || rep.Waste.Naive.ToolCalls == 0 {
+		t.Errorf("waste %+v", rep.Waste)
+	}
+	if st, err := os.Stat(plot); err != nil || st.Size() < 1000 {
+		t.Errorf("plot: %v", err)
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// --print-config: every setting with its effective value and where it came
+// from (flag over environment over default), secrets redacted, without
+// connecting to anything.
+func TestWorkerPrintConfig(t *testing.T) {
+	t.Setenv("FOUNDRY_API_KEY", "printSecret1")
+	t.Setenv("NATS_PASSWORD", "printSecret2")
+	t.Setenv("NATS_URL", "nats://w:printSecret3@127.0.0.1:"+strconv.Itoa(freePort(t))) // nothing listens: no connection is made
+	t.Setenv("FOUNDRYQ_CONCURRENCY", "8")
+	t.Setenv("FOUNDRYQ_ACK_WAIT", "40s")
+	t.Setenv("NATS_USER", "worker")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel:printSecret4@collector:4318")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer printSecret5")
+	code, stdout, stderr := runCmd(t, context.Background(), "worker", "--foundry-endpoint", "http://127.0.0.1:8089/openai/v1/",
+		"--ack-wait", "45s", "--worker-id", "w-7", "--print-config")
+	if code != 0 {
+		t.Fatalf("--print-config: exit %d: %s", code, stderr)
+	}
+	table, tracing, _ := strings.Cut(stdout, "\n\n")
+	rows := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) != 4 {
+			t.Fatalf("row %q: want SETTING ENVIRONMENT VALUE FROM", l)
+		}
+		rows[f[0]] = f[1:]
+	}
+	for setting, want := range map[string][]string{
+		"--foundry-endpoint": {"FOUNDRY_ENDPOINT", "http://127.0.0.1:8089/openai/v1/", "flag"},
+		"--concurrency":      {"FOUNDRYQ_CONCURRENCY", "8", "env"},
+		"--ack-wait":         {"FOUNDRYQ_ACK_WAIT", "45s", "flag"}, // the flag over the environment
+		"--worker-id":        {"FOUNDRYQ_WORKER_ID", "w-7", "flag"},
+		"--max-deliver":      {"FOUNDRYQ_MAX_DELIVER", "10", "default"},
+		"--state-ttl":        {"FOUNDRYQ_STATE_TTL", "168h0m0s", "default"},
+		"--foundry-api-key":  {"FOUNDRY_API_KEY", "[redacted]", "env"},
+		"--nats-password":    {"NATS_PASSWORD", "[redacted]", "env"},
+		"--nats-user":        {"NATS_USER", "worker", "env"},
+		"--foundry-scope":    {"FOUNDRY_SCOPE", `""`, "default"},
+	} {
+		if got := rows[setting]; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: %v, want %v", setting, got, want)
+		}
+	}
+	if got := rows["--nats-url"]; len(got) != 3 || !strings.Contains(got[1], "w:REDACTED@127.0.0.1:") || got[2] != "env" {
+		t.Errorf("--nats-url: %v, want the URL with its password redacted, from env", got)
+	}
+	for _, want := range []string{"tracing: on: otlp (OTLP protocol http/protobuf)\n", "OTEL_EXPORTER_OTLP_ENDPOINT=https://otel:REDACTED@collector:4318\n", "OTEL_EXPORTER_OTLP_HEADERS=[redacted]\n"} {
+		if !strings.Contains(tracing, want) {
+			t.Errorf("--print-config tracing part lacks %q:\n%s", want, tracing)
+		}
+	}
+	for _, secret := range []string{"printSecret1", "printSecret2", "printSecret3", "printSecret4", "printSecret5"} {
+		if strings.Contains(stdout+stderr, secret) {
+			t.Errorf("--print-config shows %s:\n%s", secret, stdout)
+		}
+	}
+	// Every worker setting is listed.
+	f := newFlags("worker", "")
+	addNATSFlags(f)
+	addWorkerFlags(f, true)
+	for _, e := range f.entries {
+		if _, ok := rows["--"+e.name]; !ok {
+			t.Errorf("--print-config does not list --%s", e.name)
+		}
+	}
+}
+
+// Every setting is checked at start; the error names the setting, its
+// environment variable, the value and where it came from, and what is
+// accepted.
+func TestWorkerSettingsValidated(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := []string{"--foundry-endpoint", "http://127.0.0.1:8089/openai/v1/"}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string // in stderr; none: valid
+	}{
+		{name: "valid", args: []string{"--nats-tls-ca", file, "--event-interval", "-1s", "--cancel-audit-delay", "-1s", "--http-addr", ""}},
+		{name: "concurrency 0", args: []string{"--concurrency", "0"}, want: []string{"--concurrency (FOUNDRYQ_CONCURRENCY) 0 from the command line: want an integer of at least 1"}},
+		{name: "concurrency from env", env: map[string]string{"FOUNDRYQ_CONCURRENCY": "-3"}, want: []string{"--concurrency (FOUNDRYQ_CONCURRENCY) -3 from the environment: want an integer of at least 1"}},
+		{name: "replicas", args: []string{"--replicas", "6"}, want: []string{"--replicas (FOUNDRYQ_REPLICAS) 6", "want an integer from 1 to 5"}},
+		{name: "max deliver", args: []string{"--max-deliver", "0"}, want: []string{"--max-deliver (FOUNDRYQ_MAX_DELIVER) 0", "at least 1"}},
+		{name: "default timeout", args: []string{"--default-timeout", "-1s"}, want: []string{"--default-timeout (FOUNDRYQ_DEFAULT_TIMEOUT) -1s", "a duration of 0 (none) or more"}},
+		{name: "event interval 0", args: []string{"--event-interval", "0"}, want: []string{"--event-interval (FOUNDRYQ_EVENT_INTERVAL) 0s", "a positive duration up to 5s, or a negative one for off"}},
+		{name: "event interval too long", args: []string{"--event-interval", "6s"}, want: []string{"--event-interval", "up to 5s"}},
+		{name: "cancel audit 0", args: []string{"--cancel-audit-delay", "0"}, want: []string{"--cancel-audit-delay (FOUNDRYQ_CANCEL_AUDIT_DELAY) 0s", "a negative one for off"}},
+		{name: "cancel confirm", args: []string{"--cancel-confirm-timeout", "0"}, want: []string{"--cancel-confirm-timeout (FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT)", "a positive duration"}},
+		{name: "shutdown", args: []string{"--shutdown-timeout", "0"}, want: []string{"--shutdown-timeout (FOUNDRYQ_SHUTDOWN_TIMEOUT)", "a positive duration"}},
+		{name: "foreground poll", args: []string{"--foreground-poll-timeout", "-1m"}, want: []string{"--foreground-poll-timeout (FOUNDRYQ_FOREGROUND_POLL_TIMEOUT)", "a positive duration"}},
+		{name: "retry delay", args: []string{"--retry-delay", "0"}, want: []string{"--retry-delay (FOUNDRYQ_RETRY_DELAY)", "a positive duration"}},
+		{name: "ack wait", args: []string{"--ack-wait", "500ms"}, want: []string{"--ack-wait (FOUNDRYQ_ACK_WAIT) 500ms", "at least 1s"}},
+		{name: "events max age", args: []string{"--events-max-age", "0"}, want: []string{"--events-max-age (FOUNDRYQ_EVENTS_MAX_AGE)", "at least 1s"}},
+		{name: "state ttl", args: []string{"--state-ttl", "1h"}, want: []string{"--state-ttl (FOUNDRYQ_STATE_TTL) 1h0m0s", "at least --events-max-age (24h0m0s)"}},
+		{name: "worker id", args: []string{"--worker-id", "a.b"}, want: []string{"--worker-id (FOUNDRYQ_WORKER_ID) a.b", "[A-Za-z0-9_-]{1,64}"}},
+		{name: "prefix", args: []string{"--prefix", "a..b"}, want: []string{"--prefix (FOUNDRYQ_PREFIX) a..b", "NATS subject tokens"}},
+		{name: "http addr", args: []string{"--http-addr", "9090"}, want: []string{"--http-addr (FOUNDRYQ_HTTP_ADDR) 9090", "HOST:PORT or :PORT"}},
+		{name: "log level", args: []string{"--log-level", "loud"}, want: []string{"--log-level (LOG_LEVEL) loud", "one of debug, info, warn, error"}},
+		{name: "log format", env: map[string]string{"LOG_FORMAT": "xml"}, want: []string{"--log-format (LOG_FORMAT) xml from the environment", "one of json, console"}},
+		{name: "agent field", args: []string{"--agent-field", "a b"}, want: []string{`--agent-field (FOUNDRY_AGENT_FIELD) "a b"`, "a JSON field name"}},
+		{name: "scope", args: []string{"--foundry-scope", "cognitive"}, want: []string{"--foundry-scope (FOUNDRY_SCOPE) cognitive", "an absolute URL"}},
+		{name: "tls ca", args: []string{"--nats-tls-ca", file + ".missing"}, want: []string{"--nats-tls-ca (NATS_TLS_CA)", "the path of a readable file"}},
+		{name: "creds", args: []string{"--nats-creds", file + ".missing"}, want: []string{"--nats-creds (NATS_CREDS)", "the path of a readable file"}},
+		{name: "nats url", args: []string{"--nats-url", ""}, want: []string{`--nats-url (NATS_URL) ""`, "nats://HOST:PORT"}},
+		{name: "secrets dir", args: []string{"--secrets-dir", file}, want: []string{"--secrets-dir (FOUNDRYQ_SECRETS_DIR)", "an existing directory"}},
+		{name: "two at once", args: []string{"--concurrency", "0", "--replicas", "0"}, want: []string{"--concurrency (FOUNDRYQ_CONCURRENCY)", "--replicas (FOUNDRYQ_REPLICAS)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			args := append(append([]string{"worker"}, endpoint...), append(c.args, "--print-config")...)
+			code, _, stderr := runCmd(t, context.Background(), args...)
+			if len(c.want) == 0 {
+				if code != 0 {
+					t.Fatalf("exit %d: %s", code, stderr)
+				}
+				return
+			}
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d (usage): %s", code, exitUsage, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("error %q does not say %q", strings.TrimSpace(stderr), w)
+				}
+			}
+		})
+	}
+}

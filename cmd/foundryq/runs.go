@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// runRuns lists runs from their state records (filtered, most recently
+// updated first), or shows one run's record with a summary of its events.
+func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("runs", "runs [RUN_ID] [flags]")
+	nf := addNATSFlags(f)
+	status := f.String("status", "", "", "list only runs in these statuses, comma-separated: queued, running, completed, failed, cancelled")
+	since := f.Duration("since", "", 0, "list only runs updated within this long, e.g. 1h (0: any time)")
+	limit := f.Int("limit", "", 0, "list at most this many runs, the most recently updated (0: all)")
+	asJSON := f.Bool("json", "", false, "print JSON: one state record per line, or for RUN_ID {\"state\", \"summary\"}")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if f.NArg() > 1 {
+		return usageError{errors.New("runs: want at most one RUN_ID")}
+	}
+	var runID string
+	if f.NArg() == 1 {
+		id, err := runIDArg(f)
+		if err != nil {
+			return err
+		}
+		runID = id
+	}
+	filter, err := runFilter(*status, *since, *limit, time.Now())
+	if err != nil {
+		return err
+	}
+	c, closeConn, err := nf.client("foundryq-runs")
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if runID != "" {
+		return showRun(ctx, c, runID, *asJSON, stdout, stderr)
+	}
+	return listRuns(ctx, c, filter, *asJSON, stdout)
+}
+
+// runFilter builds the client library's filter from the flags.
+func runFilter(status string, since time.Duration, limit int, now time.Time) (events.RunFilter, error) {
+	var filter events.RunFilter
+	for _, s := range strings.Split(status, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			filter.Status = append(filter.Status, events.RunStatus(s))
+		}
+	}
+	if since < 0 {
+		return filter, usageError{fmt.Errorf("runs: --since %s: want a positive duration, e.g. 1h (0: any time)", since)}
+	}
+	if since > 0 {
+		filter.UpdatedSince = now.Add(-since)
+	}
+	filter.Limit = limit
+	if err := filter.Validate(); err != nil {
+		flag := "--status"
+		if limit < 0 {
+			flag = "--limit"
+		}
+		return filter, usageError{fmt.Errorf("runs: %s: %w", flag, err)}
+	}
+	return filter, nil
+}
+
+func listRuns(ctx context.Context, c *events.Client, filter events.RunFilter, asJSON bool, stdout io.Writer) error {
+	now := time.Now()
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	if !asJSON {
+		fmt.Fprintln(tw, "RUN\tSTATUS\tATTEMPT\tAGE\tUPDATED\tOWNER\tRESPONSE\tUSAGE\tEND")
+	}
+	enc := json.NewEncoder(stdout)
+	for st, err := range c.Runs(ctx, filter) {
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			if err := enc.Encode(st); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.RunID, st.Status, orDash(attemptOf(st)), since(now, st.CreatedAt),
+			since(now, st.UpdatedAt)+" ago", orDash(st.Owner), orDash(st.ResponseID), usageCell(st.Usage), orDash(endText(st)))
+	}
+	if asJSON {
+		return nil
+	}
+	return tw.Flush()
+}
+
+// showRun prints one run's state record and the summary of its events.
+func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, stdout, stderr io.Writer) error {
+	st, _, err := c.State(ctx, runID)
+	if errors.Is(err, events.ErrStateNotFound) {
+		fmt.Fprintf(stderr, "run %s: no state recorded (unknown, or still queued)\n", runID)
+		return exitCode(exitNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	evs, err := c.Events(ctx, runID)
+	if err != nil {
+		// The record alone still says how the run ended and what it used.
+		fmt.Fprintf(stderr, "foundryq: run %s: events unavailable, summary from the state record: %v\n", runID, err)
+	}
+	sum := events.Summarize(runID, &st, evs, time.Now())
+	if asJSON {
+		b, err := json.MarshalIndent(struct {
+			State   events.RunState   `json:"state"`
+			Summary events.RunSummary `json:"summary"`
+		}{st, sum}, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, string(b))
+		return err
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	line("run", st.RunID)
+	status := string(st.Status)
+	if e := endText(st); e != "" {
+		status += " (" + e + ")"
+	}
+	line("status", status)
+	line("response", orDash(st.ResponseID))
+	line("owner", fmt.Sprintf("%s, attempt %s, failures %d", orDash(st.Owner), orDash(attemptOf(st)), st.Failures))
+	if st.LastError != "" {
+		line("last error", st.LastError)
+	}
+	if st.Cancel != nil {
+		line("cancel", fmt.Sprintf("%s at %s%s", st.Cancel.Reason, st.Cancel.At.Format(time.RFC3339), noteText(st.Cancel.Note)))
+	}
+	line("created", fmt.Sprintf("%s (%s ago)", st.CreatedAt.Format(time.RFC3339), since(now, st.CreatedAt)))
+	line("updated", fmt.Sprintf("%s (%s ago)", st.UpdatedAt.Format(time.RFC3339), since(now, st.UpdatedAt)))
+	duration := sum.Duration.Round(time.Millisecond).String()
+	if !sum.Finished {
+		duration += " so far"
+	}
+	line("duration", duration)
+	if sum.TimeToFirstToken != nil {
+		line("first token", sum.TimeToFirstToken.Round(time.Millisecond).String())
+	} else {
+		line("first token", "-")
+	}
+	line("usage", usageLong(sum.Usage))
+	if sum.Error != nil {
+		line("error", sum.Error.Code+": "+sum.Error.Message)
+	}
+	line("upstream", orDash(sum.UpstreamStatus))
+	line("events", eventsText(sum))
+	return tw.Flush()
+}
+
+func attemptOf(st events.RunState) string {
+	if st.Attempt == 0 {
+		return ""
+	}
+	return fmt.Sprint(st.Attempt)
+}
+
+// endText is the terminal event and why: "run.cancelled requested".
+func endText(st events.RunState) string {
+	if st.End == nil {
+		return string(st.Terminal)
+	}
+	s := events.Summarize(st.RunID, &st, nil, time.Time{})
+	if s.Reason == "" {
+		return string(s.Terminal)
+	}
+	return string(s.Terminal) + " " + s.Reason
+}
+
+func noteText(note string) string {
+	if note == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (%q)", note)
+}
+
+func usageCell(u *events.Usage) string {
+	if u == nil {
+		return "-"
+	}
+	return fmt.Sprintf("in=%d out=%d", u.InputTokens, u.OutputTokens)
+}
+
+func usageLong(u *events.Usage) string {
+	if u == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("input %d, output %d, total %d", u.InputTokens, u.OutputTokens, u.TotalTokens)
+	if u.CachedTokens > 0 || u.ReasoningTokens > 0 {
+		s += fmt.Sprintf(" (cached %d, reasoning %d)", u.CachedTokens, u.ReasoningTokens)
+	}
+	return s
+}
+
+// eventsText is "42 stored: run.started 1, text.delta 40, run.completed 1".
+func eventsText(s events.RunSummary) string {
+	if s.Events == 0 {
+		return "none stored (expired, or not started)"
+	}
+	out := fmt.Sprintf("%d stored", s.Events)
+	if missing := int(s.LastSeq) - s.Events; missing > 0 {
+		out += fmt.Sprintf(" (%d expired)", missing)
+	}
+	// In lifecycle order, then any type this version does not know.
+	order := []events.EventType{events.TypeRunStarted, events.TypeTextDelta, events.TypeToolStarted, events.TypeToolCompleted,
+		events.TypeToolFailed, events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled}
+	for _, t := range slices.Sorted(maps.Keys(s.Counts)) {
+		if !t.Known() {
+			order = append(order, t)
+		}
+	}
+	var parts []string
+	for _, t := range order {
+		if n := s.Counts[t]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", t, n))
+		}
+	}
+	return out + ": " + strings.Join(parts, ", ")
+}
+
+// since is how long ago t was, rounded for a table: 42s, 3m12s, 5h3m, 2d4h.
+func since(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := max(now.Sub(t), 0)
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	d = d.Round(time.Hour)
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

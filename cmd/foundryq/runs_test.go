@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/devstack"
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+// runsStack is a devstack on a TCP port with one worker, and three runs:
+// runs-done (completed), runs-stop (cancelled) and runs-slow (running), plus
+// a record of a run that ended two hours ago.
+func runsStack(t *testing.T) (*devstack.Stack, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := devstack.Start(ctx, devstack.Config{
+		NATS:     natsembed.Config{StoreDir: t.TempDir()},
+		Emulator: foundrytest.Config{APIKey: "k", DefaultTokenDelay: time.Millisecond},
+		Workers:  1,
+		Worker:   consumer.Config{WorkerID: "w1"},
+		Client:   events.ClientConfig{CancelTimeout: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("stop the stack: %v", err)
+		}
+	})
+	req := func(id string, md map[string]string) events.RunRequest {
+		return events.RunRequest{RunID: id, Model: "m", Input: json.RawMessage(`"tell me a story"`), Metadata: md}
+	}
+	submit := func(r events.RunRequest) {
+		if _, err := s.Client.Submit(ctx, r); err != nil {
+			t.Fatalf("submit %s: %v", r.RunID, err)
+		}
+	}
+	waitFor := func(id string, typ events.EventType) {
+		w := s.Client.Watch(ctx, id, events.WatchOptions{NoHeartbeat: true})
+		defer w.Close()
+		for {
+			ev, err := w.Next(ctx)
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("run %s: waiting for %s: %v", id, typ, err)
+			}
+			if errors.Is(err, io.EOF) || ev.Type == typ {
+				return
+			}
+		}
+	}
+	// A record from long ago (as a worker wrote it then).
+	js, err := jetstream.New(s.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "foundryq-runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour).UTC()
+	rec, _ := json.Marshal(events.RunState{RunID: "runs-old", Schema: 1, Status: events.StatusCompleted, Terminal: events.TypeRunCompleted,
+		CreatedAt: old, UpdatedAt: old, FinishedAt: &old, Usage: &events.Usage{InputTokens: 1, OutputTokens: 2, TotalTokens: 3}})
+	if _, err := kv.Create(ctx, "runs-old", rec); err != nil {
+		t.Fatal(err)
+	}
+
+	submit(req("runs-done", nil))
+	waitFor("runs-done", events.TypeRunCompleted)
+	submit(req("runs-stop", map[string]string{"emu_tokens": "400", "emu_token_ms": "20"}))
+	waitFor("runs-stop", events.TypeTextDelta)
+	if _, err := s.Client.Cancel(ctx, "runs-stop", "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("runs-stop", events.TypeRunCancelled)
+	submit(req("runs-slow", map[string]string{"emu_tokens": "100000", "emu_token_ms": "50"}))
+	waitFor("runs-slow", events.TypeTextDelta)
+	return s, s.NATS.ClientURL()
+}
+
+// column returns the first column of each table row (not the header).
+func column(out string) []string {
+	var ids []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for i := 0; sc.Scan(); i++ {
+		if f := strings.Fields(sc.Text()); i > 0 && len(f) > 0 {
+			ids = append(ids, f[0])
+		}
+	}
+	return ids
+}
+
+func TestRunsCommand(t *testing.T) {
+	s, url := runsStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	runs := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runCmd(t, ctx, append([]string{"runs", "--nats-url", url}, args...)...)
+	}
+
+	// Most recently updated first; the running run's lease renewals do
+	// not write its record, so the order of the finished ones is fixed.
+	var want []string
+	for st, err := range s.Client.Runs(ctx, events.RunFilter{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, st.RunID)
+	}
+	code, out, stderr := runs()
+	if code != 0 || strings.Join(column(out), " ") != strings.Join(want, " ") || len(want) != 4 {
+		t.Fatalf("runs: %d %s\n%s\nwant the order %v", code, stderr, out, want)
+	}
+	for _, h := range []string{"ATTEMPT", "AGE", "RESPONSE", "USAGE"} {
+		if !strings.Contains(out, h) {
+			t.Errorf("runs: no %s column:\n%s", h, out)
+		}
+	}
+	done, _, err := s.Client.State(ctx, "runs-done")
+	if err != nil || done.Usage == nil || done.ResponseID == "" || done.Usage.OutputTokens == 0 {
+		t.Fatalf("state of runs-done: %+v, %v", done, err)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "runs-done ") {
+			for _, cell := range []string{"completed", done.ResponseID, "in=" + itoa(done.Usage.InputTokens) + " out=" + itoa(done.Usage.OutputTokens), "run.completed completed"} {
+				if !strings.Contains(l, cell) {
+					t.Errorf("runs-done row %q lacks %q", l, cell)
+				}
+			}
+		}
+	}
+
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"running", []string{"--status", "running"}, "runs-slow"},
+		{"finished, last updated", []string{"--status", "completed,cancelled,failed", "--limit", "1"}, "runs-stop"},
+		{"updated within an hour", []string{"--since", "1h", "--status", "completed"}, "runs-done"},
+		{"completed, any time", []string{"--status", "completed"}, "runs-done runs-old"},
+	} {
+		code, out, stderr := runs(c.args...)
+		if got := strings.Join(column(out), " "); code != 0 || got != c.want {
+			t.Errorf("runs %s (%s): %d %q %s, want %s", strings.Join(c.args, " "), c.name, code, got, stderr, c.want)
+		}
+	}
+
+	code, out, _ = runs("--json", "--status", "completed")
+	var listed []events.RunState
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var st events.RunState
+		if err := json.Unmarshal([]byte(l), &st); err != nil {
+			t.Fatalf("runs --json line %q: %v", l, err)
+		}
+		listed = append(listed, st)
+	}
+	if code != 0 || len(listed) != 2 || listed[0].RunID != "runs-done" || listed[0].Usage == nil || *listed[0].Usage != *done.Usage {
+		t.Fatalf("runs --json: %d %s", code, out)
+	}
+
+	// One run: its record and a summary of its events, flags after RUN_ID.
+	code, out, stderr = runs("runs-stop", "--json")
+	var one struct {
+		State   events.RunState `json:"state"`
+		Summary struct {
+			Counts         map[events.EventType]int `json:"counts"`
+			Attempts       int                      `json:"attempts"`
+			DurationMS     float64                  `json:"duration_ms"`
+			TTFTMS         *float64                 `json:"time_to_first_token_ms"`
+			Usage          *events.Usage            `json:"usage"`
+			Terminal       events.EventType         `json:"terminal"`
+			Reason         string                   `json:"reason"`
+			UpstreamStatus string                   `json:"upstream_status"`
+			Finished       bool                     `json:"finished"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(out), &one); code != 0 || err != nil {
+		t.Fatalf("runs runs-stop --json: %d %v %s %s", code, err, out, stderr)
+	}
+	evs, err := s.Client.Events(ctx, "runs-stop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas := 0
+	for _, ev := range evs {
+		if ev.Type == events.TypeTextDelta {
+			deltas++
+		}
+	}
+	sum := one.Summary
+	if sum.Counts[events.TypeTextDelta] != deltas || deltas == 0 || sum.Counts[events.TypeRunCancelled] != 1 || sum.Attempts != 1 ||
+		sum.Terminal != events.TypeRunCancelled || sum.Reason != "requested" || sum.UpstreamStatus != "cancelled" || !sum.Finished ||
+		sum.TTFTMS == nil || *sum.TTFTMS <= 0 || sum.DurationMS < *sum.TTFTMS || sum.Usage == nil || one.State.Usage == nil || *sum.Usage != *one.State.Usage {
+		t.Fatalf("summary of runs-stop: %+v (state usage %+v, %d deltas stored)", sum, one.State.Usage, deltas)
+	}
+
+	code, out, _ = runs("runs-slow")
+	for _, want := range []string{"status", "running", "so far", "first token", "text.delta", "owner", "w1, attempt 1"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("runs runs-slow: %d, no %q in\n%s", code, want, out)
+		}
+	}
+	code, out, _ = runs("runs-old")
+	if code != 0 || !strings.Contains(out, "input 1, output 2, total 3") || !strings.Contains(out, "none stored") {
+		t.Errorf("runs runs-old (events expired, the record keeps the usage): %d\n%s", code, out)
+	}
+
+	for _, bad := range [][]string{{"--status", "done"}, {"--since", "-1h"}, {"--limit", "-1"}, {"a", "b"}} {
+		code, _, stderr := runs(bad...)
+		if code != exitUsage || !strings.Contains(stderr, "runs") {
+			t.Errorf("runs %v: %d %q, want a usage error", bad, code, stderr)
+		}
+	}
+	if code, _, stderr := runs("--status", "done"); !strings.Contains(stderr, "--status") || !strings.Contains(stderr, "want queued, running") {
+		t.Errorf("runs --status done: %d %q, want the setting and its accepted values", code, stderr)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestSinceFormat(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		ago  time.Duration
+		want string
+	}{
+		{0, "0s"}, {1400 * time.Millisecond, "1s"}, {59 * time.Second, "59s"}, {61 * time.Second, "1m1s"},
+		{59*time.Minute + 59*time.Second, "59m59s"}, {3*time.Hour + 4*time.Minute, "3h4m"}, {50 * time.Hour, "2d2h"},
+		{-time.Second, "0s"}, // a clock a little ahead
+	} {
+		if got := since(now, now.Add(-c.ago)); got != c.want {
+			t.Errorf("since %s ago = %q, want %q", c.ago, got, c.want)
+		}
+	}
+	if got := since(now, time.Time{}); got != "-" {
+		t.Errorf("since the zero time = %q, want -", got)
+	}
+}

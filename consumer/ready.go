@@ -1,0 +1,132 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNotReady is wrapped by every error Ready returns; the rest of the
+// message is a one-line reason.
+var ErrNotReady = errors.New("not ready")
+
+// readiness is what Ready looks at: the pull loop's heartbeat, and the last
+// check that the streams, consumer and bucket exist (reused for
+// Config.ReadyCheckInterval).
+type readiness struct {
+	running atomic.Bool  // the pull loop has started and not ended
+	ended   atomic.Bool  // the pull loop has ended
+	beat    atomic.Int64 // unix nanos of the pull loop's last heartbeat
+
+	mu        sync.Mutex // held during a resource check: one at a time
+	checkedAt time.Time  // zero: check again
+	checkErr  error      // the last check's result
+}
+
+// heartbeat records that the pull loop is alive.
+func (r *readiness) heartbeat(now time.Time) { r.beat.Store(now.UnixNano()) }
+
+// invalidate makes the next Ready check the resources again.
+func (r *readiness) invalidate() {
+	r.mu.Lock()
+	r.checkedAt = time.Time{}
+	r.mu.Unlock()
+}
+
+// pullLoop says whether the pull loop is alive at now: started, not ended,
+// and with a heartbeat no older than stale.
+func (r *readiness) pullLoop(now time.Time, stale time.Duration) error {
+	switch {
+	case r.ended.Load():
+		return fmt.Errorf("%w: pull loop stopped", ErrNotReady)
+	case !r.running.Load():
+		return fmt.Errorf("%w: starting: streams, consumer and bucket not provisioned yet", ErrNotReady)
+	}
+	if age := now.Sub(time.Unix(0, r.beat.Load())); age > stale {
+		return fmt.Errorf("%w: pull loop: no heartbeat for %s (limit %s)", ErrNotReady, age.Round(time.Millisecond), stale)
+	}
+	return nil
+}
+
+// pullStaleAfter is how long the pull loop may go without a heartbeat
+// before Ready says it is stuck: one fetch lasts at most PollWait, and a
+// loop waiting for a free slot beats every PollWait.
+func (w *Worker) pullStaleAfter() time.Duration { return 5*w.cfg.PollWait + 5*time.Second }
+
+// Ready reports whether the worker can take and run jobs: nil while its
+// NATS connections are up, the streams, consumer and bucket exist (checked
+// at most once per Config.ReadyCheckInterval, with six JetStream API calls)
+// and the pull loop is alive; otherwise an error wrapping ErrNotReady whose
+// message is a one-line reason. It is what /readyz answers. Safe for
+// concurrent use; ctx bounds a resource check.
+func (w *Worker) Ready(ctx context.Context) error {
+	if err := w.ready.pullLoop(time.Now(), w.pullStaleAfter()); err != nil {
+		return err
+	}
+	if !w.nc.IsConnected() {
+		return fmt.Errorf("%w: nats: %s", ErrNotReady, w.nc.Status())
+	}
+	if pc := w.pubConn.Load(); pc != nil && !pc.IsConnected() {
+		return fmt.Errorf("%w: nats (event publishing connection): %s", ErrNotReady, pc.Status())
+	}
+	return w.resourcesReady(ctx)
+}
+
+// resourcesReady returns the result of the last resource check, checking
+// again if it is older than ReadyCheckInterval.
+func (w *Worker) resourcesReady(ctx context.Context) error {
+	w.ready.mu.Lock()
+	defer w.ready.mu.Unlock()
+	if !w.ready.checkedAt.IsZero() && time.Since(w.ready.checkedAt) < w.cfg.ReadyCheckInterval {
+		return w.ready.checkErr
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := w.checkResources(ctx)
+	if err != nil && !errors.Is(err, errResourceMissing) {
+		// A check that could not be made is not cached: the next probe tries again.
+		return fmt.Errorf("%w: %w", ErrNotReady, err)
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrNotReady, err)
+		w.resourcesMissing() // recreate them, as a failed call would
+	}
+	w.ready.checkedAt, w.ready.checkErr = time.Now(), err
+	return err
+}
+
+// errResourceMissing marks a stream, consumer or bucket that does not exist.
+var errResourceMissing = errors.New("missing")
+
+// checkResources reads the info of each stream (the bucket's included) and
+// of the worker consumer: six JetStream API calls, each one the worker role
+// may make already.
+func (w *Worker) checkResources(ctx context.Context) error {
+	streams := []struct{ name, what string }{
+		{w.names.RunsStream(), "stream " + w.names.RunsStream()},
+		{w.names.EventsStream(), "stream " + w.names.EventsStream()},
+		{w.names.DeadStream(), "stream " + w.names.DeadStream()},
+		{w.names.CancelsStream(), "stream " + w.names.CancelsStream()},
+		{"KV_" + w.names.Bucket(), "bucket " + w.names.Bucket()},
+	}
+	for _, s := range streams {
+		if _, err := w.js.Stream(ctx, s.name); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("%s %w", s.what, errResourceMissing)
+			}
+			return fmt.Errorf("jetstream: %s: %w", s.what, err)
+		}
+	}
+	if _, err := w.res.Consumer.Info(ctx); err != nil {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("consumer %s %w", w.names.Consumer(), errResourceMissing)
+		}
+		return fmt.Errorf("jetstream: consumer %s: %w", w.names.Consumer(), err)
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+// BenchmarkRelayMerge is the delta merge: a token added to the queued
+// text.delta of a run whose publish is in flight. Every 32 tokens the queue
+// is taken, as a publish would.
+func BenchmarkRelayMerge(b *testing.B) {
+	r := &relay{metrics: newMetrics(nil, nil), wake: make(chan struct{}, 1), maxText: eventTextLimit(1 << 20)}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r.add(events.RunEvent{Type: events.TypeTextDelta, Text: " token"}, int64(i))
+		if i++; i%32 == 0 {
+			r.pending = r.pending[:0]
+		}
+	}
+}
+
+// BenchmarkRelayPublish is the publish fence: one text.delta stored on a
+// run's subject with the expected last subject sequence and a message id,
+// waiting for the ack, on an embedded NATS server with file storage (as
+// in production, without the network).
+func BenchmarkRelayPublish(b *testing.B) {
+	ns, err := natsembed.Start(natsembed.Config{InProcess: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := ns.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names, _ := events.NewNames("")
+	res, err := Provision(b.Context(), js, names, ProvisionConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &relay{js: js, stream: res.Events, names: names, runID: "bench", subject: names.EventSubject("bench"),
+		metrics: newMetrics(nil, nil), log: zerolog.Nop(), maxText: eventTextLimit(nc.MaxPayload()), wake: make(chan struct{}, 1)}
+	ctx := context.Background()
+	var seq, streamSeq uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		seq++
+		pe := pendingEvent{ev: events.RunEvent{RunID: "bench", Seq: seq, Type: events.TypeTextDelta, Text: fmt.Sprintf(" token %d", seq)}, upstreamSeq: int64(seq)}
+		if streamSeq, err = r.publish(ctx, pe, streamSeq); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+// Package loadtest is what `foundryq bench` runs: it starts the system under
+// test as separate processes (NATS with file storage, the Foundry emulator
+// and a worker, each from the foundryq binary), loads it, reads each
+// process's CPU time and memory from the OS, and compares foundryq with
+// floors measured in the same run: a bare SSE reader of the same emulator
+// streams, and raw JetStream publishing to a stream configured as the
+// events stream.
+package loadtest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// Config sets what a benchmark does. Zero fields take the defaults of the
+// full run, or of the quick run with Quick.
+type Config struct {
+	// Binary is the foundryq binary whose subcommands are the processes
+	// (emulator, dev, worker, bench-reader). Default: os.Executable().
+	Binary string
+	// Env is the environment of the processes. Default: os.Environ().
+	Env []string
+	// Quick uses counts that finish in under a minute.
+	Quick bool
+	// Progress receives one line per step. Default: io.Discard.
+	Progress io.Writer
+	// ProfileDir, when set, receives CPU profiles of the worker (during the
+	// relay phase) and a heap profile (at the largest memory load).
+	ProfileDir string
+
+	// H2C makes the worker (--foundry-h2c) and the bare reader speak HTTP/2
+	// without TLS to the emulator, standing in for the HTTP/2 an HTTPS
+	// endpoint negotiates. Default false: HTTP/1.1.
+	H2C bool
+	// EventInterval is the worker's --event-interval in the relay, cancel,
+	// waste and memory phases. Default 50ms, the worker's default. The
+	// throughput and latency phases run with the interval off.
+	EventInterval time.Duration
+	// TokenRate is the tokens per second each streaming run generates in
+	// the latency and cancel phases (a fast model). Default 50.
+	TokenRate int
+
+	// ThroughputRuns and ThroughputTokens: the runs of the throughput phase
+	// (100 tokens/s each, more than the system serves; event interval off).
+	// Default 1,000 runs of 500 tokens (quick: 400 of 300).
+	ThroughputRuns, ThroughputTokens int
+	// RawMessages is how many events the raw JetStream baseline publishes.
+	// Default 100,000 (quick: 20,000).
+	RawMessages int
+	// LatencyFractions are the loads of the latency phase, as fractions of
+	// the measured maximum (tokens/s relayed). Default 0.1, 0.5, 0.9.
+	LatencyFractions []float64
+	// LatencyDuration is how long each latency measurement streams.
+	// Default 4s (quick: 1.5s).
+	LatencyDuration time.Duration
+	// RelayRuns and RelayTokens: the runs of the relay cost phase, at
+	// RelayTokenDelay between tokens. Default 200 runs of 200 tokens (quick:
+	// 40 of 60), 20ms.
+	RelayRuns, RelayTokens int
+	RelayTokenDelay        time.Duration
+	// CancelFractions are the loads of the cancel phase. Default 0.5, 1.
+	CancelFractions []float64
+	// CancelSpread is the time over which the measured cancels are sent.
+	// Default 3s (quick: 1s).
+	CancelSpread time.Duration
+	// WasteRuns runs with a ToolDelay MCP tool call are cancelled mid-tool,
+	// each way. Default 50 (quick: 10) and 3s (quick: 1.5s).
+	WasteRuns int
+	ToolDelay time.Duration
+	// MemoryRuns are the concurrent streaming runs at which memory is
+	// measured, each streaming a token every MemoryTokenDelay. Default
+	// 1,000 and 5,000 (quick: 200 and 500), 2s.
+	MemoryRuns       []int
+	MemoryTokenDelay time.Duration
+	// MaxRuns caps the runs of a latency or cancel load. Default 3,000.
+	MaxRuns int
+}
+
+// withDefaults fills in every zero field.
+func (c Config) withDefaults() Config {
+	pick := func(dst *int, full, quick int) {
+		if *dst == 0 {
+			*dst = full
+			if c.Quick {
+				*dst = quick
+			}
+		}
+	}
+	pickD := func(dst *time.Duration, full, quick time.Duration) {
+		if *dst == 0 {
+			*dst = full
+			if c.Quick {
+				*dst = quick
+			}
+		}
+	}
+	if c.Binary == "" {
+		c.Binary, _ = os.Executable()
+	}
+	if c.Env == nil {
+		c.Env = os.Environ()
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	pickD(&c.EventInterval, 50*time.Millisecond, 50*time.Millisecond)
+	pick(&c.TokenRate, 50, 50)
+	pick(&c.ThroughputRuns, 1000, 400)
+	pick(&c.ThroughputTokens, 500, 300)
+	pick(&c.RawMessages, 100_000, 20_000)
+	if c.LatencyFractions == nil {
+		c.LatencyFractions = []float64{0.1, 0.5, 0.9}
+	}
+	pickD(&c.LatencyDuration, 4*time.Second, 1500*time.Millisecond)
+	pick(&c.RelayRuns, 200, 40)
+	pick(&c.RelayTokens, 200, 60)
+	pickD(&c.RelayTokenDelay, 20*time.Millisecond, 20*time.Millisecond)
+	if c.CancelFractions == nil {
+		c.CancelFractions = []float64{0.5, 1}
+	}
+	pickD(&c.CancelSpread, 3*time.Second, time.Second)
+	pick(&c.WasteRuns, 50, 10)
+	pickD(&c.ToolDelay, 3*time.Second, 1500*time.Millisecond)
+	if c.MemoryRuns == nil {
+		c.MemoryRuns = []int{1000, 5000}
+		if c.Quick {
+			c.MemoryRuns = []int{200, 500}
+		}
+	}
+	pickD(&c.MemoryTokenDelay, 2*time.Second, 2*time.Second)
+	pick(&c.MaxRuns, 3000, 600)
+	return c
+}
+
+// validate checks the settings after defaults.
+func (c Config) validate() error {
+	if c.Binary == "" {
+		return errors.New("loadtest: no foundryq binary (Config.Binary)")
+	}
+	for _, n := range []int{c.TokenRate, c.ThroughputRuns, c.ThroughputTokens, c.RawMessages, c.RelayRuns, c.RelayTokens, c.WasteRuns, c.MaxRuns} {
+		if n < 1 {
+			return fmt.Errorf("loadtest: counts must be at least 1, got %d", n)
+		}
+	}
+	for _, n := range c.MemoryRuns {
+		if n < 1 {
+			return fmt.Errorf("loadtest: MemoryRuns must be at least 1, got %d", n)
+		}
+	}
+	for _, f := range append(append([]float64(nil), c.LatencyFractions...), c.CancelFractions...) {
+		if f <= 0 || f > 2 {
+			return fmt.Errorf("loadtest: load fractions must be in (0, 2], got %g", f)
+		}
+	}
+	if c.RelayTokenDelay < time.Millisecond || c.MemoryTokenDelay < time.Millisecond || c.ToolDelay < 100*time.Millisecond {
+		return errors.New("loadtest: RelayTokenDelay and MemoryTokenDelay must be at least 1ms, ToolDelay at least 100ms")
+	}
+	return nil
+}
+
+// workerConcurrency is the worker's --concurrency: room for the largest load.
+func (c Config) workerConcurrency() int {
+	n := max(c.ThroughputRuns, c.RelayRuns, c.MaxRuns, 2*c.WasteRuns)
+	for _, m := range c.MemoryRuns {
+		n = max(n, m)
+	}
+	return n + 64
+}
+
+// tokenDelay is the pause between tokens at TokenRate.
+func (c Config) tokenDelay() time.Duration { return time.Second / time.Duration(c.TokenRate) }

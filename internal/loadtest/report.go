@@ -1,0 +1,154 @@
+package loadtest
+
+// Targets of the benchmark (README, "Benchmarks").
+const (
+	// TargetRelayRatio: worker CPU per token at most this many times the
+	// bare reader's.
+	TargetRelayRatio = 2.0
+	// TargetRawRatio: foundryq's events/s at least this fraction of raw
+	// JetStream publishing.
+	TargetRawRatio = 0.5
+	// TargetMemoryPerRun: worker memory per concurrent streaming run, KiB,
+	// at the largest load.
+	TargetMemoryPerRun = 64.0
+	// TargetCancelP99: cancel p99 (request to reply and to run.cancelled
+	// stored), ms, at half the maximum load.
+	TargetCancelP99 = 50.0
+)
+
+// Report is what a benchmark measured. Its JSON form is what
+// `foundryq bench --json` writes.
+type Report struct {
+	Relay      RelayReport   `json:"relay"`
+	RawPublish RawReport     `json:"raw_publish"`
+	Latency    LatencyReport `json:"latency"`
+	Memory     MemoryReport  `json:"memory"`
+	Cancel     CancelReport  `json:"cancel"`
+	Waste      WasteReport   `json:"waste"`
+}
+
+// RelayReport: what relaying a token costs the worker, against the bare
+// reader of the same streams, and what storing an event costs NATS.
+type RelayReport struct {
+	Runs            int     `json:"runs"`
+	Tokens          int     `json:"tokens_per_run"`
+	TokenDelayMS    float64 `json:"token_delay_ms"`
+	EventIntervalMS float64 `json:"event_interval_ms"`
+	TokensRelayed   int     `json:"tokens_relayed"`
+	EventsStored    uint64  `json:"events_stored"`
+	// WorkerCPUPerToken: worker CPU µs per relayed token.
+	WorkerCPUPerToken float64 `json:"worker_cpu_us_per_token"`
+	// ReaderCPUPerToken: the bare reader's CPU µs per token read.
+	ReaderCPUPerToken float64 `json:"reader_cpu_us_per_token"`
+	// Ratio is WorkerCPUPerToken / ReaderCPUPerToken.
+	Ratio float64 `json:"ratio"`
+	// NATSCPUPerEvent: the NATS process's CPU µs per stored event.
+	NATSCPUPerEvent float64 `json:"nats_cpu_us_per_event"`
+	// EmulatorCPUPerToken: the emulator's CPU µs per generated token, for
+	// scale.
+	EmulatorCPUPerToken float64 `json:"emulator_cpu_us_per_token"`
+	Target              float64 `json:"target_max_ratio"`
+	Met                 bool    `json:"met"`
+}
+
+// RawReport: raw JetStream async publishing against foundryq's event rate
+// with the event interval off.
+type RawReport struct {
+	Messages     int     `json:"messages"`
+	MessageBytes int     `json:"message_bytes"`
+	RawPerSec    float64 `json:"raw_msgs_per_s"`
+	// FoundryqPerSec: text.delta events stored per second by foundryq at
+	// its maximum, the event interval off (a run's tokens merge into one
+	// event only while its previous event awaits its ack).
+	FoundryqPerSec float64 `json:"foundryq_events_per_s"`
+	// Ratio is FoundryqPerSec / RawPerSec.
+	Ratio  float64 `json:"ratio"`
+	Target float64 `json:"target_min_ratio"`
+	Met    bool    `json:"met"`
+	// FoundryqCores and RawCores: CPU cores each process used on average
+	// during foundryq's throughput phase and during the raw publishing
+	// (keys worker, nats, emulator, bench).
+	FoundryqCores map[string]float64 `json:"foundryq_cpu_cores"`
+	RawCores      map[string]float64 `json:"raw_cpu_cores"`
+}
+
+// LatencyReport: emulator emit to watcher receive, per token, at fractions
+// of the maximum load, against the bare reader's emit to receive.
+type LatencyReport struct {
+	// MaxTokensPerSec is the measured maximum streaming load: tokens
+	// relayed per second with the event interval off, more offered than
+	// served (merged into MaxEventsPerSec events per second).
+	MaxTokensPerSec float64        `json:"max_tokens_per_s"`
+	MaxEventsPerSec float64        `json:"max_events_per_s"`
+	TokensPerRunSec int            `json:"tokens_per_s_per_run"`
+	Points          []LatencyPoint `json:"points"`
+}
+
+// LatencyPoint is one load of the latency phase.
+type LatencyPoint struct {
+	Fraction       float64     `json:"fraction"`
+	Runs           int         `json:"runs"`
+	OfferedPerSec  float64     `json:"offered_tokens_per_s"`
+	Foundryq       Percentiles `json:"foundryq"`
+	Reader         Percentiles `json:"reader"`
+	AddedP50       float64     `json:"added_p50_ms"`
+	AddedP99       float64     `json:"added_p99_ms"`
+	EventsPerToken float64     `json:"events_per_token"`
+}
+
+// MemoryReport: the worker's memory per concurrent streaming run.
+type MemoryReport struct {
+	Points []MemoryPoint `json:"points"`
+	// Target applies to the largest load's RSSPerRun.
+	Target float64 `json:"target_max_kib_per_run"`
+	Met    bool    `json:"met"`
+}
+
+// MemoryPoint is one load of the memory phase. Per-run figures are the
+// growth over the idle worker divided by Runs.
+type MemoryPoint struct {
+	Runs             int     `json:"runs"`
+	RSSBytes         int64   `json:"rss_bytes"`
+	IdleRSSBytes     int64   `json:"idle_rss_bytes"`
+	RSSPerRun        float64 `json:"rss_kib_per_run"`
+	HeapPerRun       float64 `json:"heap_kib_per_run"`
+	StackPerRun      float64 `json:"stack_kib_per_run"`
+	GoroutinesPerRun float64 `json:"goroutines_per_run"`
+}
+
+// CancelReport: cancel latency under streaming load.
+type CancelReport struct {
+	Points []CancelPoint `json:"points"`
+	// Target applies at fraction 0.5, to both p99s.
+	Target float64 `json:"target_max_p99_ms"`
+	Met    bool    `json:"met"`
+}
+
+// CancelPoint is one load of the cancel phase.
+type CancelPoint struct {
+	Fraction  float64     `json:"fraction"`
+	Runs      int         `json:"runs"`
+	Cancelled int         `json:"cancels_measured"`
+	Reply     Percentiles `json:"reply"`
+	Stored    Percentiles `json:"cancelled_stored"`
+	// NotCancelled counts replies other than "cancelling" and runs with no
+	// run.cancelled.
+	NotCancelled int `json:"not_cancelled"`
+}
+
+// WasteReport: work done upstream after the user asked to cancel, a run
+// cancelled mid-tool-call.
+type WasteReport struct {
+	Runs        int          `json:"runs"`
+	ToolDelayMS float64      `json:"tool_delay_ms"`
+	Naive       WasteFigures `json:"naive_disconnect"`
+	Foundryq    WasteFigures `json:"foundryq"`
+	Met         bool         `json:"met"`
+}
+
+// WasteFigures are tokens generated and tool calls completed upstream after
+// the moment the user asked to cancel.
+type WasteFigures struct {
+	Tokens    int `json:"tokens"`
+	ToolCalls int `json:"tool_calls"`
+}

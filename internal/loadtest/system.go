@@ -1,0 +1,206 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// system is the system under test, each part a process of its own: NATS
+// (a `foundryq dev` with no worker, no emulator and no gateway: an embedded
+// nats-server with file storage and the provisioned streams), the Foundry
+// emulator (`foundryq emulator`) and one worker (`foundryq worker`), plus
+// the bench's own connection and watcher.
+type system struct {
+	cfg      Config
+	dir      string
+	nats     *process
+	emulator *process
+	worker   *process
+	natsURL  string
+	natsOps  string // the NATS process's ops address (with ProfileDir)
+	emuURL   string // root, e.g. http://127.0.0.1:PORT
+	metrics  string // the worker's /metrics URL
+	interval time.Duration
+
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *events.Client
+	names  events.Names
+	watch  *watcher
+	hc     *http.Client
+}
+
+const apiKey = "bench"
+
+// startSystem starts NATS and the emulator (the worker: startWorker).
+func startSystem(ctx context.Context, cfg Config) (s *system, err error) {
+	s = &system{cfg: cfg, hc: &http.Client{Timeout: time.Minute}}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if s.dir, err = os.MkdirTemp("", "foundryq-bench-"); err != nil {
+		return s, fmt.Errorf("bench: %w", err)
+	}
+	emuPort, err := freePort()
+	if err != nil {
+		return s, err
+	}
+	s.emuURL = "http://127.0.0.1:" + strconv.Itoa(emuPort)
+	if s.emulator, err = startProcess("emulator", cfg.Binary, cfg.Env, "emulator", "--addr", "127.0.0.1:"+strconv.Itoa(emuPort),
+		"--emulator-api-key", apiKey, "--emulator-record-times", "--log-level", "error"); err != nil {
+		return s, err
+	}
+	if err := s.emulator.waitReady(ctx, time.Minute, func(ctx context.Context) error {
+		_, err := httpGet(ctx, s.hc, s.emuURL+"/_emulator/stats")
+		return err
+	}); err != nil {
+		return s, err
+	}
+
+	natsPort, err := freePort()
+	if err != nil {
+		return s, err
+	}
+	s.natsURL = "nats://127.0.0.1:" + strconv.Itoa(natsPort)
+	devArgs := []string{"dev", "--nats-port", strconv.Itoa(natsPort),
+		"--data-dir", filepath.Join(s.dir, "jetstream"), "--workers", "0", "--gateway-addr", "", "--http-addr", "",
+		"--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey, "--log-level", "error"}
+	if cfg.ProfileDir != "" {
+		opsPort, err := freePort()
+		if err != nil {
+			return s, err
+		}
+		s.natsOps = "127.0.0.1:" + strconv.Itoa(opsPort)
+		devArgs = append(devArgs, "--http-addr", s.natsOps, "--pprof")
+	}
+	if s.nats, err = startProcess("nats", cfg.Binary, cfg.Env, devArgs...); err != nil {
+		return s, err
+	}
+	s.names, _ = events.NewNames("")
+	if err := s.nats.waitReady(ctx, time.Minute, func(ctx context.Context) error {
+		nc, err := events.Connect(s.natsURL, nats.MaxReconnects(-1))
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(nc)
+		if err == nil {
+			_, err = js.Stream(ctx, s.names.EventsStream())
+		}
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		s.nc, s.js = nc, js
+		return nil
+	}); err != nil {
+		return s, err
+	}
+	if s.client, err = events.NewClient(s.nc, events.ClientConfig{}); err != nil {
+		return s, err
+	}
+	if s.watch, err = watch(s.nc, s.names); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// foundryURL is the emulator's v1 base URL.
+func (s *system) foundryURL() string { return s.emuURL + "/openai/v1/" }
+
+// startWorker (re)starts the worker with event interval interval.
+func (s *system) startWorker(ctx context.Context, interval time.Duration) error {
+	if s.worker != nil {
+		if err := s.worker.stop(30 * time.Second); err != nil {
+			return err
+		}
+		s.worker = nil
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	s.metrics = "http://" + addr + "/metrics"
+	s.interval = interval
+	ivl := interval.String()
+	if interval <= 0 {
+		ivl = "-1ms"
+	}
+	args := []string{"worker", "--nats-url", s.natsURL, "--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey,
+		"--http-addr", addr, "--concurrency", strconv.Itoa(s.cfg.workerConcurrency()), "--event-interval", ivl,
+		"--worker-id", "bench", "--log-level", "error"}
+	if s.cfg.ProfileDir != "" {
+		args = append(args, "--pprof")
+	}
+	if s.cfg.H2C {
+		args = append(args, "--foundry-h2c")
+	}
+	if s.worker, err = startProcess("worker", s.cfg.Binary, s.cfg.Env, args...); err != nil {
+		return err
+	}
+	return s.worker.waitReady(ctx, time.Minute, func(ctx context.Context) error {
+		_, err := httpGet(ctx, s.hc, "http://"+addr+"/healthz")
+		return err
+	})
+}
+
+// eventsStored is the number of messages in the events stream.
+func (s *system) eventsStored(ctx context.Context) (uint64, error) {
+	st, err := s.js.Stream(ctx, s.names.EventsStream())
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+// alive reports a process of the system that has exited.
+func (s *system) alive() error {
+	for _, p := range []*process{s.nats, s.emulator, s.worker} {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+			return p.exited()
+		default:
+		}
+	}
+	return nil
+}
+
+// close stops everything, the worker first.
+func (s *system) close() error {
+	var errs []error
+	if s.watch != nil {
+		s.watch.close()
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	for _, p := range []*process{s.worker, s.emulator, s.nats} {
+		if p != nil {
+			errs = append(errs, p.stop(30*time.Second))
+		}
+	}
+	if s.dir != "" {
+		errs = append(errs, os.RemoveAll(s.dir))
+	}
+	return errors.Join(errs...)
+}
