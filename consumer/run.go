@@ -120,11 +120,20 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	defer r.span.End()
 	defer r.abort()
 	defer r.stop(nil)
-	if !w.register(r) {
-		// The lease of our delivery lapsed while we still run it; the
-		// server gives the job out again. Ignore this delivery: our run
-		// goes on and renews the lease.
-		r.logger().Warn().Msg("job delivered again while this worker still owns the run; ignoring the new delivery")
+	if other, ok := w.register(r); !ok {
+		if sameJob(other.msg, msg) {
+			// The lease of our delivery lapsed while we still run it;
+			// the server gives the job out again. Ignore this delivery:
+			// our run goes on and renews the lease.
+			r.logger().Warn().Msg("job delivered again while this worker still owns the run; ignoring the new delivery")
+			return
+		}
+		// A new job for the run id (a resubmit) while this worker is
+		// still finishing the run it acked a moment ago: give it back for
+		// a moment, to be judged against the run's state once ours is
+		// gone. Ignoring it would hold it for a whole ack wait.
+		r.logger().Info().Msg("new job for a run this worker is still finishing; retried shortly")
+		_ = msg.NakWithDelay(w.cfg.RetryDelay)
 		return
 	}
 	defer w.unregister(r)
@@ -135,6 +144,17 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		return
 	}
 	r.execute()
+}
+
+// sameJob reports whether a and b are deliveries of the same stored job
+// (the same stream sequence), rather than two jobs for one run id.
+func sameJob(a, b jetstream.Msg) bool {
+	ma, errA := a.Metadata()
+	mb, errB := b.Metadata()
+	if errA != nil || errB != nil {
+		return true // cannot tell: keep the old behaviour, ignore it
+	}
+	return ma.Sequence.Stream == mb.Sequence.Stream
 }
 
 func (r *run) execute() {

@@ -389,15 +389,15 @@ func (w *Worker) keepLeases(ctx context.Context) {
 
 // register adds r to the runs this worker owns; false if it owns the run
 // already (a redelivery that crossed its own lease).
-func (w *Worker) register(r *run) bool {
+func (w *Worker) register(r *run) (registered *run, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.runs[r.id]; ok {
-		return false
+	if other, ok := w.runs[r.id]; ok {
+		return other, false
 	}
 	w.runs[r.id] = r
 	w.m.runsActive.Inc()
-	return true
+	return r, true
 }
 
 func (w *Worker) unregister(r *run) {

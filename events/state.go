@@ -77,8 +77,10 @@ type RunState struct {
 // Finished reports whether the run has ended.
 func (s RunState) Finished() bool { return s.Status.Finished() }
 
-// StateReadTimeout bounds a ReadState whose context has no deadline, as
-// the jetstream package bounds its API calls (its default timeout).
+// StateReadTimeout bounds ReadState when its context has no deadline (as
+// nats.go's jetstream bounds its API calls): a request lost with the node
+// that was to answer it (a stream leader that died, in a cluster) then
+// fails instead of waiting for ever, and the caller can try again.
 const StateReadTimeout = 5 * time.Second
 
 // ReadState reads the state record of runID from the state bucket named

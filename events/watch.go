@@ -83,7 +83,7 @@ func (c *Client) Watch(ctx context.Context, runID string, opts WatchOptions) *Wa
 		w.hbStop, w.hbDone = stop, make(chan struct{})
 		go w.heartbeat(hctx, interval)
 	}
-	if err := w.setup(opts.From); err != nil {
+	if err := w.setupRetrying(opts.From); err != nil {
 		w.err = err
 		w.stopHeartbeat()
 	}
@@ -114,19 +114,21 @@ func (w *Watch) stopHeartbeat() {
 	}
 }
 
-// setupAttempt bounds one attempt at a watch's setup: while a stream has
-// no leader (a JetStream fail-over) its API requests go unanswered, and
-// the next attempt may reach the new leader.
-const setupAttempt = 5 * time.Second
+// WatchSetupAttempt bounds each attempt to set a Watch up (reading the
+// run's last event, creating its consumer). While a stream has no leader
+// (a JetStream cluster changing leaders) its API requests go unanswered or
+// are refused with a 503; the next attempt may reach the new leader.
+const WatchSetupAttempt = 5 * time.Second
 
-// setup looks the run up and starts the consumer, retrying (with backoff,
-// within the Watch's context) while JetStream is unavailable for a moment:
-// a request not answered in setupAttempt, a 503, or no responder to a
-// request to the existing stream, as during a fail-over.
-func (w *Watch) setup(from From) error {
+// setupRetrying looks the run up and starts the consumer, retrying (with
+// backoff, for as long as the Watch's context lives) while JetStream is
+// unavailable for a moment: a request not answered in WatchSetupAttempt, a
+// 503, or no responder to a request to the existing stream, as during a
+// fail-over.
+func (w *Watch) setupRetrying(from From) error {
 	b := retry.Backoff(100*time.Millisecond, 2*time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(w.ctx, setupAttempt)
+		ctx, cancel := context.WithTimeout(w.ctx, WatchSetupAttempt)
 		err := w.setupOnce(ctx, from)
 		cancel()
 		if err == nil || w.ctx.Err() != nil || !(jserr.Unavailable(err) || errors.Is(err, errNotServing)) {

@@ -41,7 +41,7 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 		aerr.write(w)
 		return
 	}
-	if sc.createStatus != 0 {
+	if sc.createStatus != 0 && (sc.createStatusTimes == noLimit || h.createsReceived(cr.metadata["run_id"]) <= sc.createStatusTimes) {
 		h.stats.rejected.Add(1)
 		statusError(sc.createStatus).write(w)
 		return

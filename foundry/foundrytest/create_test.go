@@ -292,6 +292,27 @@ func TestCreateStatus(t *testing.T) {
 	}
 }
 
+// TestCreateStatusTimes: with emu_create_status_times=N only the first N
+// creates of a run id get the status (a transient error); the next one is
+// served.
+func TestCreateStatusTimes(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	ctx := testCtx(t)
+	md := map[string]string{KeyCreateStatus: "503", KeyCreateStatusTimes: "2", KeyTokens: "3"}
+	for range 2 {
+		apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses", createBody("times", true, false, md)), http.StatusServiceUnavailable)
+	}
+	var obj wireResponse
+	readJSON(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses", createBody("times", true, false, md)), http.StatusOK, &obj)
+	if n := srv.Stats().ResponsesByRun["times"]; n != 1 {
+		t.Fatalf("%d responses created, want 1", n)
+	}
+	// Without emu_create_status it is refused.
+	apiErr(t, do(t, ctx, c, "POST", srv.BaseURL()+"responses",
+		createBody("times-bad", true, false, map[string]string{KeyCreateStatusTimes: "1"})), http.StatusBadRequest)
+}
+
 // TestCreatedDelaySendsHeadersThenKeepalives: under load the service sends
 // the 200 and the SSE headers at once, then keepalive events, then
 // response.created minutes later (BerriAI/litellm#39617). A cancel by id

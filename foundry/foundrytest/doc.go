@@ -140,6 +140,7 @@
 //	| emu_hosted_agent | 1 (agent requests only): a hosted agent, see above; so is an agent named hosted-* | 0 |
 //	| emu_drop_after | cut the create stream's connection after this many events (no final chunk: the client sees an unexpected EOF); a background response goes on and can be resumed, a foreground one ends at its next write | never |
 //	| emu_create_status | answer the create with this HTTP status (400-599) and a real error body; 429 adds "Retry-After: 1" and "Retry-After-Ms: 1000"; no response is created | normal create |
+//	| emu_create_status_times | with emu_create_status: only the first N creates of the run id (metadata.run_id) get that status, later ones are served: a transient 429 or 5xx that a retry clears (the OpenAI SDKs retry 429 and 5xx for this reason) | every create |
 //	| emu_complete_despite_cancel | 1: cancel answers "cancelled" but the generation goes on and the response ends "completed" (seen on Azure) | 0 |
 //
 // Invalid values get 400 naming the key. Generated text is deterministic:

@@ -403,6 +403,17 @@ func (h *Handler) CreateRequests(runID string) []json.RawMessage {
 	return out
 }
 
+// createsReceived is the number of create requests received so far for
+// runID (this one included, once recorded).
+func (h *Handler) createsReceived(runID string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ri := h.runs[runID]; ri != nil {
+		return len(ri.bodies)
+	}
+	return 0
+}
+
 // recordCreate remembers a create body received for runID.
 func (h *Handler) recordCreate(runID string, body []byte) {
 	if runID == "" {

@@ -34,6 +34,10 @@ const (
 	KeyDropAfter = "emu_drop_after"
 	// KeyCreateStatus answers the create with that HTTP error status.
 	KeyCreateStatus = "emu_create_status"
+	// KeyCreateStatusTimes limits KeyCreateStatus to the first that many
+	// creates received for the run id (metadata.run_id); later ones are
+	// served: a transient 429 or 5xx that a retry clears.
+	KeyCreateStatusTimes = "emu_create_status_times"
 	// KeyToolFail, set to 1, makes the tool call fail.
 	KeyToolFail = "emu_tool_fail"
 	// KeyCompleteDespiteCancel, set to 1, lets the response complete after an
@@ -91,6 +95,7 @@ type scenario struct {
 	failAfter             int // noLimit, or the number of events before response.failed
 	dropAfter             int // noLimit, or the number of events after which the create stream is cut
 	createStatus          int // 0, or the HTTP status answered to the create
+	createStatusTimes     int // noLimit, or how many creates of the run id get createStatus
 	toolFail              bool
 	completeDespiteCancel bool
 	keepalive             time.Duration // interval of keepalives before response.created
@@ -103,14 +108,15 @@ type scenario struct {
 // parseScenario reads the emu_* keys of md; defaults come from cfg.
 func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 	sc := scenario{
-		tokens:     cfg.DefaultTokens,
-		tokenDelay: cfg.DefaultTokenDelay,
-		toolDelay:  toolDisabled,
-		failAfter:  noLimit,
-		dropAfter:  noLimit,
-		errorAfter: noLimit,
-		keepalive:  cfg.KeepaliveInterval,
-		failCode:   failedCode,
+		tokens:            cfg.DefaultTokens,
+		tokenDelay:        cfg.DefaultTokenDelay,
+		toolDelay:         toolDisabled,
+		failAfter:         noLimit,
+		dropAfter:         noLimit,
+		errorAfter:        noLimit,
+		createStatusTimes: noLimit,
+		keepalive:         cfg.KeepaliveInterval,
+		failCode:          failedCode,
 	}
 	var aerr *apiError
 	intKey := func(key string, max int64, set func(int64)) {
@@ -135,6 +141,7 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 	intKey(KeyFailAfter, 1<<31-1, func(n int64) { sc.failAfter = int(n) })
 	intKey(KeyDropAfter, 1<<31-1, func(n int64) { sc.dropAfter = int(n) })
 	intKey(KeyCreateStatus, 599, func(n int64) { sc.createStatus = int(n) })
+	intKey(KeyCreateStatusTimes, 1<<31-1, func(n int64) { sc.createStatusTimes = int(n) })
 	intKey(KeyToolFail, 1, func(n int64) { sc.toolFail = n == 1 })
 	intKey(KeyCompleteDespiteCancel, 1, func(n int64) { sc.completeDespiteCancel = n == 1 })
 	intKey(KeyKeepaliveMS, maxMS, func(n int64) { sc.keepalive = ms(n) })
@@ -170,6 +177,10 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 		return scenario{}, invalidRequest("metadata."+KeyCreateStatus, "invalid_value",
 			"Invalid value for 'metadata.%s': %d. The emulator expects an HTTP error status in [400, 599].",
 			KeyCreateStatus, sc.createStatus)
+	}
+	if sc.createStatusTimes != noLimit && sc.createStatus == 0 {
+		return scenario{}, invalidRequest("metadata."+KeyCreateStatusTimes, "invalid_value",
+			"Invalid value for 'metadata.%s': it needs '%s'.", KeyCreateStatusTimes, KeyCreateStatus)
 	}
 	if sc.toolFail && sc.toolDelay == toolDisabled {
 		sc.toolDelay = 0

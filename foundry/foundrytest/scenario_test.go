@@ -13,19 +13,19 @@ func TestParseScenario(t *testing.T) {
 		t.Fatal(aerr)
 	}
 	if def != (scenario{tokens: 7, tokenDelay: time.Millisecond, toolDelay: toolDisabled, failAfter: noLimit, dropAfter: noLimit,
-		errorAfter: noLimit, keepalive: 30 * time.Second, failCode: failedCode}) {
+		errorAfter: noLimit, createStatusTimes: noLimit, keepalive: 30 * time.Second, failCode: failedCode}) {
 		t.Fatalf("defaults: %+v", def)
 	}
 	full, aerr := parseScenario(map[string]string{
 		KeyTokens: "9", KeyTokenMS: "3", KeyToolMS: "40", KeyCreatedMS: "50", KeyFailAfter: "6",
-		KeyDropAfter: "5", KeyCreateStatus: "429", KeyToolFail: "1", KeyCompleteDespiteCancel: "1",
+		KeyDropAfter: "5", KeyCreateStatus: "429", KeyCreateStatusTimes: "2", KeyToolFail: "1", KeyCompleteDespiteCancel: "1",
 		KeyKeepaliveMS: "7", KeyGet404MS: "30000", KeyErrorAfter: "4", KeyErrorFail: "1", KeyFailCode: "rate_limit_exceeded", KeyHostedAgent: "1",
 	}, cfg)
 	if aerr != nil {
 		t.Fatal(aerr)
 	}
 	want := scenario{tokens: 9, tokenDelay: 3 * time.Millisecond, toolDelay: 40 * time.Millisecond, createdDelay: 50 * time.Millisecond,
-		failAfter: 4, dropAfter: 5, createStatus: 429, toolFail: true, completeDespiteCancel: true,
+		failAfter: 4, dropAfter: 5, createStatus: 429, createStatusTimes: 2, toolFail: true, completeDespiteCancel: true,
 		keepalive: 7 * time.Millisecond, get404: 30 * time.Second, errorAfter: 4, failCode: "rate_limit_exceeded", hosted: true}
 	if full != want {
 		t.Fatalf("got %+v\nwant %+v", full, want)
@@ -37,7 +37,7 @@ func TestParseScenario(t *testing.T) {
 		{KeyTokens: "101"}, {KeyTokens: "-1"}, {KeyTokens: "1.5"}, {KeyTokenMS: "x"}, {KeyToolMS: "3600001"},
 		{KeyCreateStatus: "200"}, {KeyCreateStatus: "600"}, {KeyToolFail: "2"}, {KeyCompleteDespiteCancel: "yes"},
 		{KeyFailAfter: ""}, {KeyDropAfter: "99999999999"}, {KeyKeepaliveMS: "0"}, {KeyGet404MS: "-1"},
-		{KeyErrorFail: "1"}, {KeyFailCode: "oops"}, {KeyHostedAgent: "true"},
+		{KeyErrorFail: "1"}, {KeyCreateStatusTimes: "1"}, {KeyFailCode: "oops"}, {KeyHostedAgent: "true"},
 	} {
 		if _, aerr := parseScenario(bad, cfg); aerr == nil || aerr.status != 400 {
 			t.Errorf("%v accepted", bad)

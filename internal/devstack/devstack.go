@@ -27,8 +27,13 @@ import (
 // (no listener), the emulator on a free loopback port and no worker.
 type Config struct {
 	// NATS configures the embedded server. Default: in process, with
-	// temporary storage.
+	// temporary storage. Ignored when Cluster is set.
 	NATS natsembed.Config
+	// Cluster, when set, starts a JetStream cluster of embedded servers on
+	// loopback (natsembed.StartCluster) instead of one server; set
+	// Worker.Provision.Replicas to replicate the streams and bucket over
+	// it. Default nil: one server.
+	Cluster *natsembed.ClusterConfig
 	// Connect are options for every connection the stack opens (NATS user,
 	// inbox prefix, reconnect settings).
 	Connect []nats.Option
@@ -58,7 +63,8 @@ type Config struct {
 
 // Stack is a running foundryq. Close stops everything it started.
 type Stack struct {
-	NATS     *natsembed.Server
+	NATS     *natsembed.Server   // nil when Config.Cluster was set
+	Cluster  *natsembed.Cluster  // nil unless Config.Cluster was set
 	Emulator *foundrytest.Server // nil when Config.Foundry.BaseURL was set
 	Upstream *foundry.Client     // the workers' Foundry client
 	Conn     *nats.Conn          // the client's connection
@@ -78,7 +84,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	if cfg.Workers < 0 {
 		return nil, fmt.Errorf("devstack: Workers must be 0 or more, got %d", cfg.Workers)
 	}
-	if cfg.NATS == (natsembed.Config{}) {
+	if cfg.NATS == (natsembed.Config{}) && cfg.Cluster == nil {
 		cfg.NATS.InProcess = true
 	}
 	s = &Stack{cfg: cfg}
@@ -87,10 +93,17 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			_ = s.Close()
 		}
 	}()
-	if s.NATS, err = natsembed.Start(cfg.NATS); err != nil {
-		return nil, err
+	if cfg.Cluster != nil {
+		if s.Cluster, err = natsembed.StartCluster(*cfg.Cluster); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, s.Cluster.Shutdown)
+	} else {
+		if s.NATS, err = natsembed.Start(cfg.NATS); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, s.NATS.Shutdown)
 	}
-	s.closers = append(s.closers, s.NATS.Shutdown)
 
 	fcfg := cfg.Foundry
 	if fcfg.BaseURL == "" {
@@ -158,6 +171,9 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 // Config.Connect and opts (the caller closes it).
 func (s *Stack) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	all := append([]nats.Option{nats.Name(name)}, s.cfg.Connect...)
+	if s.Cluster != nil {
+		return events.Connect(s.Cluster.ClientURLs(), append(all, opts...)...)
+	}
 	if url := s.NATS.ClientURL(); url != "" {
 		return events.Connect(url, append(all, opts...)...)
 	}

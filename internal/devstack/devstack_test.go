@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,5 +65,53 @@ func TestStack(t *testing.T) {
 func TestStartRefusesANegativeWorkerCount(t *testing.T) {
 	if _, err := Start(t.Context(), Config{Workers: -1}); err == nil {
 		t.Fatal("Workers -1 accepted")
+	}
+}
+
+// With Cluster set the stack runs on a three-node JetStream cluster, and
+// the streams and bucket are replicated on it.
+func TestStackOnACluster(t *testing.T) {
+	s, err := Start(t.Context(), Config{
+		Cluster: &natsembed.ClusterConfig{StoreDir: t.TempDir()},
+		Workers: 1,
+		Worker:  consumer.Config{WorkerID: "cl", Provision: consumer.ProvisionConfig{Replicas: 3}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.NATS != nil || s.Cluster == nil || s.Cluster.Size() != 3 {
+		t.Fatalf("NATS %v, Cluster %v", s.NATS, s.Cluster)
+	}
+	js, err := jetstream.New(s.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"FOUNDRYQ_RUNS", "FOUNDRYQ_EVENTS", "KV_foundryq-runs"} {
+		st, err := js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("%s: %d replicas, want 3", name, r)
+		}
+	}
+	req := events.RunRequest{RunID: "cl-run", Model: "m", Input: json.RawMessage(`"hi"`)}
+	if _, err := s.Client.Submit(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	w := s.Client.Watch(t.Context(), "cl-run", events.WatchOptions{NoHeartbeat: true})
+	defer w.Close()
+	for {
+		ev, err := w.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type.Terminal() {
+			if ev.Type != events.TypeRunCompleted {
+				t.Fatalf("run ended %s", ev.Type)
+			}
+			break
+		}
 	}
 }

@@ -2,6 +2,7 @@ package natsembed
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -34,4 +35,23 @@ func runTest(t testing.TB, cfg Config) (*Server, *nats.Conn) {
 	}
 	t.Cleanup(nc.Close)
 	return s, nc
+}
+
+// RunTestCluster starts a three-node JetStream cluster on loopback (see
+// StartCluster) with its stores under t.TempDir and returns it with a
+// client connected to it that reconnects for ever (to any node). Both are
+// closed by t.Cleanup (the connection first, then the cluster).
+func RunTestCluster(t testing.TB) (*Cluster, *nats.Conn) {
+	t.Helper()
+	c, err := StartCluster(ClusterConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("natsembed: start cluster: %v", err)
+	}
+	t.Cleanup(c.Shutdown)
+	nc, err := c.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("natsembed: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return c, nc
 }

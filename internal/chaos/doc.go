@@ -1,0 +1,22 @@
+// Package chaos checks foundryq's promises under faults: every run ends
+// with exactly one terminal event, its events have contiguous seqs, the
+// text relayed is the text Foundry generated (no token lost, none
+// repeated), each run has at most one upstream response, and no token or
+// tool call is generated after a cancel was acknowledged.
+//
+// The Auditor reads what a test left behind (every event stored on the
+// events stream, the Foundry emulator's per-response records and counters)
+// and returns a Report, printed as a table. Two tests drive it:
+//
+//   - TestClusterLeaderLoss (runs by default): at least 100 streaming runs
+//     with two workers on a three-node JetStream cluster with R3 streams
+//     and bucket, killing the leader of the events stream, then those of
+//     the runs stream and of the state bucket, mid-stream; watchers that
+//     follow the runs must see no gap and no duplicate.
+//   - TestChaos (FOUNDRYQ_CHAOS=short, about a minute, or long): foundryq
+//     worker processes are SIGKILLed, SIGSTOPped past their lease and
+//     SIGCONTed, SIGTERMed (hand-offs), NATS is restarted, the emulator
+//     answers creates with 429 and 5xx, cuts streams, holds creates back,
+//     and clients cancel runs at random moments. Without FOUNDRYQ_CHAOS it
+//     skips.
+package chaos
