@@ -28,10 +28,12 @@ func TestNATSConfigs(t *testing.T) {
 	for _, v := range []string{"WORKER_PASSWORD", "CLIENT_PASSWORD", "JETSTREAM_KEY", "TEAM_A_WORKER_PASSWORD", "TEAM_A_CLIENT_PASSWORD", "TEAM_B_WORKER_PASSWORD", "TEAM_B_CLIENT_PASSWORD"} {
 		t.Setenv(v, "pass")
 	}
+	t.Setenv("SERVER_NAME", "nats-2")
 	tlsConf := tlstest.New(t).ServerConfig(t, "nats", "nats-server-tls.conf")
 	files := map[string]string{
 		"nats-server.conf":     filepath.Join("nats", "nats-server.conf"),
 		"dev.conf":             filepath.Join("nats", "dev.conf"),
+		"cluster.conf":         filepath.Join("nats", "cluster.conf"),
 		"tenants.conf":         filepath.Join("nats", "tenants.conf"),
 		"nats-server-tls.conf": tlsConf,
 	}
@@ -50,10 +52,33 @@ func TestNATSConfigs(t *testing.T) {
 			if name == "nats-server-tls.conf" && (opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert || opts.JetStreamCipher != server.ChaCha || opts.JetStreamKey == "") {
 				t.Errorf("%s: TLS %v, store cipher %v: want mutual TLS and an encrypted store", name, opts.TLSConfig != nil, opts.JetStreamCipher)
 			}
-			if name == "nats-server-tls.conf" && len(opts.Accounts) == 0 {
+			if (name == "nats-server-tls.conf" || name == "cluster.conf") && len(opts.Accounts) == 0 {
 				t.Errorf("%s: no accounts: the include of nats-server.conf did not work", name)
 			}
+			if name == "cluster.conf" {
+				checkClusterConf(t, opts)
+			}
 		})
+	}
+}
+
+// checkClusterConf: a node of compose.cluster.yml takes its name from
+// SERVER_NAME (set to nats-2 by the caller), routes to the three services
+// by name on 6222, and tells clients no private address.
+func checkClusterConf(t *testing.T, opts *server.Options) {
+	t.Helper()
+	if opts.ServerName != "nats-2" {
+		t.Errorf("cluster.conf: server_name %q, want $SERVER_NAME (nats-2)", opts.ServerName)
+	}
+	if opts.Cluster.Name == "" || opts.Cluster.Port != 6222 || !opts.Cluster.NoAdvertise {
+		t.Errorf("cluster.conf: cluster %q port %d no_advertise %v, want a name, 6222 and true", opts.Cluster.Name, opts.Cluster.Port, opts.Cluster.NoAdvertise)
+	}
+	var routes []string
+	for _, r := range opts.Routes {
+		routes = append(routes, r.Host)
+	}
+	if want := []string{"nats-1:6222", "nats-2:6222", "nats-3:6222"}; !reflect.DeepEqual(routes, want) {
+		t.Errorf("cluster.conf: routes %v, want %v (the services of compose.cluster.yml)", routes, want)
 	}
 }
 
@@ -191,20 +216,16 @@ func dig(t *testing.T, v any, path ...string) any {
 	return v
 }
 
-// TestKubernetesManifests checks the numbers that must agree across files.
+// TestKubernetesManifests checks the numbers that must agree across files,
+// in what kustomize renders from deploy/k8s.
 func TestKubernetesManifests(t *testing.T) {
-	deployment := readYAML(t, "deployment.yaml")
-	scaled := readYAML(t, "scaledobject.yaml")
+	docs := kustomizeBuild(t)
+	deployment := rendered(t, docs, "Deployment/foundryq-worker")
+	scaled := rendered(t, docs, "ScaledObject/foundryq-worker")
 
 	pod := dig(t, deployment, "spec", "template", "spec").(map[string]any)
-	container := dig(t, pod, "containers").([]any)[0].(map[string]any)
-	env := map[string]string{}
-	for _, e := range container["env"].([]any) {
-		m := e.(map[string]any)
-		if v, ok := m["value"].(string); ok {
-			env[m["name"].(string)] = v
-		}
-	}
+	container := workerContainer(t, deployment)
+	env := envValues(container)
 
 	trigger := dig(t, scaled, "spec", "triggers").([]any)[0].(map[string]any)
 	meta := trigger["metadata"].(map[string]any)

@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
 		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeImages()
+	os.Exit(code)
 }
 
 const (
@@ -111,44 +113,70 @@ func requireDocker(t *testing.T) string {
 	return cli.DaemonHost()
 }
 
-// images names the two images built for a test.
-type images struct{ app, nats string }
+// images names the two images built for the tests.
+type images struct{ app, nats, tag string }
+
+// built is the one build of the images that every container test of a run
+// shares (two static builds cost tens of seconds); TestMain removes them.
+var built struct {
+	once sync.Once
+	img  images
+	env  []string // the environment of the docker CLI calls
+	took time.Duration
+	err  error
+}
 
 // buildImages builds foundryq and nats-server statically and both images
-// FROM scratch with deploy/build-images.sh, under a tag unique to this test,
-// and removes the images when the test ends.
+// FROM scratch with deploy/build-images.sh, under a tag unique to this test
+// run, once per run.
 func buildImages(t *testing.T, dockerHost string) images {
 	t.Helper()
-	tag := "test-" + randomHex(t, 6)
+	built.once.Do(func() { built.img, built.env, built.took, built.err = buildImagesOnce(deployDir(t), dockerHost) })
+	if built.err != nil {
+		t.Fatalf("build the images: %v", built.err)
+	}
+	t.Logf("images %s and %s (built in %s)", built.img.app, built.img.nats, built.took.Round(time.Millisecond))
+	return built.img
+}
+
+func buildImagesOnce(dir, dockerHost string) (images, []string, time.Duration, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return images{}, nil, 0, err
+	}
+	tag := "test-" + hex.EncodeToString(b)
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(deployDir(t), "build-images.sh"))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(dir, "build-images.sh"))
 	env := append(os.Environ(), "DOCKER_HOST="+dockerHost)
 	cmd.Env = append(env, "FOUNDRYQ_IMAGE_TAG="+tag, "FOUNDRYQ_IMAGE_PREFIX=")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	img := images{app: "foundryq:" + tag, nats: "foundryq-nats:" + tag}
-	t.Cleanup(func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		rmi := exec.CommandContext(rctx, "docker", "rmi", "--force", img.app, img.nats)
-		rmi.Env = env
-		out, err := rmi.CombinedOutput()
-		if err != nil && !strings.Contains(string(out), "No such image") {
-			t.Logf("remove images: %v: %s", err, out)
-		}
-	})
+	img := images{app: "foundryq:" + tag, nats: "foundryq-nats:" + tag, tag: tag}
 	if err != nil {
-		t.Fatalf("build-images.sh: %v\n%s%s", err, stderr.String(), stdout.String())
+		return img, env, 0, fmt.Errorf("build-images.sh: %w\n%s%s", err, stderr.String(), stdout.String())
 	}
 	lines := strings.Fields(stdout.String())
 	if len(lines) < 2 || lines[len(lines)-2] != img.app || lines[len(lines)-1] != img.nats {
-		t.Fatalf("build-images.sh printed %q, want the image names %s and %s", stdout.String(), img.app, img.nats)
+		return img, env, 0, fmt.Errorf("build-images.sh printed %q, want the image names %s and %s", stdout.String(), img.app, img.nats)
 	}
-	t.Logf("built %s and %s in %s", img.app, img.nats, time.Since(start).Round(time.Millisecond))
-	return img
+	return img, env, time.Since(start), nil
+}
+
+// removeImages removes the images built by this run, if any.
+func removeImages() {
+	if built.img.tag == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rmi := exec.CommandContext(ctx, "docker", "rmi", "--force", built.img.app, built.img.nats)
+	rmi.Env = built.env
+	if out, err := rmi.CombinedOutput(); err != nil && !strings.Contains(string(out), "No such image") {
+		fmt.Fprintf(os.Stderr, "remove images %s, %s: %v: %s\n", built.img.app, built.img.nats, err, out)
+	}
 }
 
 func deployDir(t *testing.T) string {
@@ -202,6 +230,7 @@ func startStack(t *testing.T, img images) *stack {
 	testcontainers.CleanupNetwork(t, nw)
 	s.net = nw
 
+	step(t, "start NATS (nats-server.conf), the emulator and two workers on network %s", nw.Name)
 	s.nats = run(ctx, t, "nats", img.nats,
 		network.WithNetwork([]string{"nats"}, nw),
 		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW}),
@@ -220,6 +249,7 @@ func startStack(t *testing.T, img images) *stack {
 	s.monitorURL = "http://" + s.endpoint(ctx, t, s.nats, "8222/tcp")
 	s.emulatorURL = "http://" + s.endpoint(ctx, t, s.emulator, "8089/tcp")
 	waitHTTP(ctx, t, s.emulatorURL+"/_emulator/stats")
+	dumpOnFailure(t, s.monitorURL+"/jsz?acc=FOUNDRYQ&consumers=true", s.emulatorURL+"/_emulator/stats")
 
 	for _, id := range []string{"worker-a", "worker-b"} {
 		s.workers[id] = run(ctx, t, id, img.app,
@@ -375,6 +405,7 @@ func waitHTTP(ctx context.Context, t *testing.T, url string) {
 // with exactly one terminal event at the end.
 func (s *stack) watchAll(t *testing.T, ctx context.Context, runID string, each func(events.RunEvent)) []events.RunEvent {
 	t.Helper()
+	step(t, "watch run %s", runID)
 	wctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	w := s.client.Watch(wctx, runID, events.WatchOptions{})
@@ -404,6 +435,7 @@ func (s *stack) watchAll(t *testing.T, ctx context.Context, runID string, each f
 			t.Fatalf("run %s: two terminal events: %v", runID, types(evs))
 		}
 	}
+	step(t, "run %s ended %s after %d events", runID, evs[len(evs)-1].Type, len(evs))
 	return evs
 }
 
@@ -439,6 +471,7 @@ func responseID(t *testing.T, evs []events.RunEvent) string {
 func (s *stack) submit(t *testing.T, ctx context.Context, metadata map[string]string) string {
 	t.Helper()
 	id := events.NewRunID()
+	step(t, "submit run %s (metadata %v)", id, metadata)
 	if _, err := s.client.Submit(ctx, events.RunRequest{RunID: id, Model: "m", Input: json.RawMessage(`"hi"`), Metadata: metadata}); err != nil {
 		t.Fatalf("submit %s: %v", id, err)
 	}
@@ -480,27 +513,12 @@ type emulatorStats struct {
 
 func (s *stack) getJSON(t *testing.T, ctx context.Context, url string, auth bool, v any) {
 	t.Helper()
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	step(t, "GET %s", url)
+	key := ""
 	if auth {
-		req.Header.Set("api-key", emulatorKey)
+		key = emulatorKey
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("GET %s: decode: %v: %s", url, err, body)
-	}
+	getJSONKey(t, ctx, url, key, v)
 }
 
 func (s *stack) response(t *testing.T, ctx context.Context, id string) emulatorResponse {
@@ -536,6 +554,7 @@ func (s *stack) testComplete(t *testing.T) {
 	if n := s.stats(t, ctx).ResponsesByRun[id]; n != 1 {
 		t.Errorf("emulator created %d responses for run %s, want 1", n, id)
 	}
+	step(t, "read the state of %s", id)
 	st, _, err := s.client.State(ctx, id)
 	if err != nil {
 		t.Fatalf("state of %s: %v", id, err)
@@ -635,6 +654,7 @@ func (s *stack) testHandoff(t *testing.T) {
 				stopped <- nil
 				return
 			}
+			step(t, "SIGTERM to %s, the owner of run %s", owner, id)
 			go func() {
 				timeout := 3 * shutdownWorker
 				stopped <- ctr.Stop(ctx, &timeout) // SIGTERM, SIGKILL after timeout
@@ -687,6 +707,7 @@ func (s *stack) testHandoff(t *testing.T) {
 func (s *stack) testCancelNoWorker(t *testing.T) {
 	ctx := context.Background()
 	for id, ctr := range s.workers {
+		step(t, "stop %s", id)
 		timeout := 3 * shutdownWorker
 		if err := ctr.Stop(ctx, &timeout); err != nil {
 			t.Fatalf("stop %s: %v", id, err)

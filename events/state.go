@@ -92,18 +92,21 @@ const StateReadTimeout = 5 * time.Second
 // not have applied the latest write, while the workers' compare-and-set
 // decisions and a client that has just seen a run's terminal event must
 // read the record as last written.
+//
+// A ctx without a deadline is bounded by StateReadTimeout: a request sent
+// while the bucket's stream elects a leader may never be answered.
 func ReadState(ctx context.Context, nc *nats.Conn, bucket, runID string) (RunState, uint64, error) {
 	if !ValidRunID(runID) {
 		return RunState{}, 0, fmt.Errorf("events: get state: run id %q: %w", runID, ErrBadRunID)
 	}
-	req, _ := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{"$KV." + bucket + "." + runID})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, StateReadTimeout)
 		defer cancel()
 	}
+	req, _ := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{"$KV." + bucket + "." + runID})
 	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {
 		return RunState{}, 0, fmt.Errorf("events: get state of run %s: %w", runID, err)

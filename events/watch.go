@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foundryq/foundryq/internal/jserr"
 	"github.com/foundryq/foundryq/internal/retry"
 )
 
@@ -61,8 +62,10 @@ type Watch struct {
 }
 
 // Watch starts following runID's events. ctx bounds the whole watch (when
-// it ends, heartbeats stop and Next fails with its cause). Setup errors
-// (a bad run id, a missing events stream) are returned by the first Next.
+// it ends, heartbeats stop and Next fails with its cause). While JetStream
+// cannot answer for a moment (a fail-over on a cluster), the setup waits
+// for it within ctx. Setup errors (a bad run id, a missing events stream)
+// are returned by the first Next.
 // Heartbeats start at once, even before the first Next.
 func (c *Client) Watch(ctx context.Context, runID string, opts WatchOptions) *Watch {
 	wctx, cancel := context.WithCancelCause(ctx)
@@ -112,35 +115,50 @@ func (w *Watch) stopHeartbeat() {
 }
 
 // WatchSetupAttempt bounds each attempt to set a Watch up (reading the
-// run's last event, creating its consumer). An attempt that takes longer
-// lost a request (a JetStream cluster changing the stream's leader drops
-// the requests the old leader had): it is made again, with backoff, for
-// as long as the Watch's context lives.
+// run's last event, creating its consumer). While a stream has no leader
+// (a JetStream cluster changing leaders) its API requests go unanswered or
+// are refused with a 503; the next attempt may reach the new leader.
 const WatchSetupAttempt = 5 * time.Second
 
+// setupRetrying looks the run up and starts the consumer, retrying (with
+// backoff, for as long as the Watch's context lives) while JetStream is
+// unavailable for a moment: a request not answered in WatchSetupAttempt, a
+// 503, or no responder to a request to the existing stream, as during a
+// fail-over.
 func (w *Watch) setupRetrying(from From) error {
-	b := retry.Backoff(50*time.Millisecond, 2*time.Second)
+	b := retry.Backoff(100*time.Millisecond, 2*time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(w.ctx, WatchSetupAttempt)
-		err := w.setup(ctx, from)
+		err := w.setupOnce(ctx, from)
 		cancel()
-		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
-		if err == nil || w.ctx.Err() != nil || !lost {
+		if err == nil || w.ctx.Err() != nil || !(jserr.Unavailable(err) || errors.Is(err, errNotServing)) {
 			return err
 		}
-		if !retry.Sleep(w.ctx, b.NextBackOff()) {
-			return err
-		}
+		retry.Sleep(w.ctx, b.NextBackOff())
 	}
 }
 
-func (w *Watch) setup(ctx context.Context, from From) error {
+// errNotServing marks a request to the events stream that nothing
+// answered although the stream exists (its info was just read): during a
+// fail-over its replicas may not serve direct gets yet.
+var errNotServing = errors.New("the events stream is not serving requests yet")
+
+func notServing(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w: %w", errNotServing, err)
+	}
+	return err
+}
+
+func (w *Watch) setupOnce(ctx context.Context, from From) error {
+	w.queue, w.lastSeq = nil, 0
 	subject := w.c.names.EventSubject(w.runID)
 	stream, err := w.c.js.Stream(ctx, w.c.names.EventsStream())
 	if err != nil {
 		return fmt.Errorf("events: watch run %s: open stream %s: %w", w.runID, w.c.names.EventsStream(), err)
 	}
 	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	err = notServing(err)
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("events: watch run %s: read last event: %w", w.runID, err)
 	}
@@ -167,6 +185,7 @@ func (w *Watch) setup(ctx context.Context, from From) error {
 		occ.OptStartSeq = last.Sequence + 1
 	}
 	cons, err := w.c.js.OrderedConsumer(ctx, w.c.names.EventsStream(), occ)
+	err = notServing(err)
 	if err != nil {
 		return fmt.Errorf("events: watch run %s: create consumer: %w", w.runID, err)
 	}

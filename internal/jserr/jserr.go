@@ -2,6 +2,7 @@
 package jserr
 
 import (
+	"context"
 	"errors"
 
 	"github.com/nats-io/nats.go"
@@ -34,4 +35,16 @@ func MissingResource(err error) bool {
 		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, jetstream.ErrBucketNotFound) ||
 		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrNoResponders)
+}
+
+// Unavailable reports an error that says JetStream could not answer for
+// the moment: a request not answered in time (while a stream or the
+// cluster elects a leader, requests go unanswered) or a 503 ("JetStream
+// system temporarily unavailable"). Trying again later may succeed.
+func Unavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }

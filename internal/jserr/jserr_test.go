@@ -1,6 +1,7 @@
 package jserr
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -25,6 +26,25 @@ func TestClassification(t *testing.T) {
 	} {
 		if WrongLastSequence(tt.err) != tt.wrong || SubjectFull(tt.err) != tt.subject || MissingResource(tt.err) != tt.gone {
 			t.Errorf("%v: wrong=%v full=%v gone=%v", tt.err, WrongLastSequence(tt.err), SubjectFull(tt.err), MissingResource(tt.err))
+		}
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("stream info: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
+		{fmt.Errorf("stream info: %w", context.DeadlineExceeded), true},
+		{nats.ErrTimeout, true},
+		{fmt.Errorf("x: %w", jetstream.ErrStreamNotFound), false},
+		{nats.ErrNoResponders, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10052}, false},
+		{context.Canceled, false},
+	} {
+		if got := Unavailable(tt.err); got != tt.want {
+			t.Errorf("Unavailable(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }
