@@ -276,8 +276,8 @@ func StateBucketConfig(n events.Names, cfg ProvisionConfig) jetstream.KeyValueCo
 // another process creates the same resource concurrently.
 const provisionAttempts = 8
 
-// Provision creates or updates the runs, events, dead-letter and cancels streams,
-// the durable worker consumer and the state bucket. It is idempotent and
+// Provision creates or updates the events, dead-letter and cancels streams,
+// the state bucket, then the runs stream and the durable worker consumer. It is idempotent and
 // safe to run from many workers at once at start. An existing resource
 // whose configuration cannot be changed in place (e.g. the runs stream's
 // retention) makes it fail with the server's error.
@@ -288,9 +288,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg 
 	}
 	var res Resources
 	var err error
-	if res.Runs, err = upsertStream(ctx, js, RunsStreamConfig(n, cfg)); err != nil {
-		return Resources{}, err
-	}
+	// The runs stream last: once a producer's submit is accepted, the
+	// streams and the bucket that follow the run (a watch, a cancel, its
+	// state) exist too, even while the first worker is still provisioning.
 	if res.Events, err = upsertStream(ctx, js, EventsStreamConfig(n, cfg)); err != nil {
 		return Resources{}, err
 	}
@@ -300,15 +300,18 @@ func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg 
 	if res.Cancels, err = upsertStream(ctx, js, CancelsStreamConfig(n, cfg)); err != nil {
 		return Resources{}, err
 	}
-	ccfg := ConsumerConfig(n, cfg)
-	if res.Consumer, err = retryProvision(ctx, "consumer "+ccfg.Durable, func() (jetstream.Consumer, error) {
-		return res.Runs.CreateOrUpdateConsumer(ctx, ccfg)
-	}); err != nil {
-		return Resources{}, err
-	}
 	kcfg := StateBucketConfig(n, cfg)
 	if res.State, err = retryProvision(ctx, "bucket "+kcfg.Bucket, func() (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, kcfg)
+	}); err != nil {
+		return Resources{}, err
+	}
+	if res.Runs, err = upsertStream(ctx, js, RunsStreamConfig(n, cfg)); err != nil {
+		return Resources{}, err
+	}
+	ccfg := ConsumerConfig(n, cfg)
+	if res.Consumer, err = retryProvision(ctx, "consumer "+ccfg.Durable, func() (jetstream.Consumer, error) {
+		return res.Runs.CreateOrUpdateConsumer(ctx, ccfg)
 	}); err != nil {
 		return Resources{}, err
 	}

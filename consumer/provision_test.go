@@ -154,3 +154,27 @@ func TestProvisionPrefix(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// The runs stream is provisioned last: a submit that the runs stream
+// accepts finds the streams and the bucket that follow the run (a watch, a
+// cancel, its state) already there. Here the state bucket cannot be made
+// (another stream holds its subjects), so the runs stream must not exist.
+func TestProvisionRunsStreamLast(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	js, _ := jetstream.New(nc)
+	ctx := testCtx(t)
+	n := events.Names{}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SQUATTER", Subjects: []string{"$KV." + n.Bucket() + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := consumer.Provision(ctx, js, n, consumer.ProvisionConfig{}); err == nil {
+		t.Fatal("provision succeeded although the bucket's subjects are taken")
+	}
+	if _, err := js.Stream(ctx, n.RunsStream()); err == nil {
+		t.Fatalf("stream %s exists although the bucket could not be made: a submit would be accepted with no state bucket", n.RunsStream())
+	}
+	if _, err := js.Stream(ctx, n.EventsStream()); err != nil {
+		t.Fatalf("events stream: %v", err)
+	}
+}
