@@ -22,7 +22,7 @@ type CancelResult string
 
 // Cancel results of the v1 contract.
 const (
-	CancelCancelling      CancelResult = "cancelling"       // server-side cancel sent, or recorded to be applied
+	CancelCancelling      CancelResult = "cancelling"       // recorded; the owner stops the response upstream, the outcome follows on the events subject
 	CancelCancelled       CancelResult = "cancelled"        // the run never started and never will
 	CancelAlreadyFinished CancelResult = "already_finished" // the run had ended; Terminal says how
 	CancelNotFound        CancelResult = "not_found"        // no such run is queued or known
@@ -35,6 +35,11 @@ type CancelReply struct {
 	UpstreamStatus string       `json:"upstream_status,omitempty"` // what Foundry reported, when known
 	Terminal       EventType    `json:"terminal,omitempty"`        // with already_finished
 	Error          string       `json:"error,omitempty"`           // the answering worker could not process the cancel
+	// Unrecorded is set with cancelling when the cancel reached the worker
+	// and the run's owner was told, but JetStream refused to store it (its
+	// store is full): the owner cancels upstream and records the cancel
+	// when it can. Send the cancel again if the run does not end.
+	Unrecorded bool `json:"unrecorded,omitempty"`
 }
 
 // DecodeCancelRequest decodes a cancel request body. An empty body is a

@@ -68,6 +68,39 @@ const (
 	CodeFunctionCallUnsupported = "function_call_unsupported"
 	CodeToolError               = "tool_error"       // tool.failed: the tool call failed without a code of its own
 	CodeDuplicateRunID          = "duplicate_run_id" // dead letter only: a different request under a used run id
+	// CodeUpstreamStalled: the response's stream sent nothing (not even a
+	// keepalive) for the worker's idle timeout, twice (once more after a
+	// re-attach), while Foundry still reported it unfinished; it was
+	// cancelled upstream.
+	CodeUpstreamStalled = "upstream_stalled"
+	// CodeUpstreamQueued: Foundry kept the response queued for longer than
+	// the worker's queued timeout; it was cancelled upstream.
+	CodeUpstreamQueued = "upstream_queued"
+	// CodeStoreFull: JetStream refused the run's events (its store is full)
+	// for longer than the worker's store-full timeout; the response was
+	// cancelled upstream so that no output nobody can receive is billed.
+	// The event is stored as soon as anything can be written again.
+	CodeStoreFull = "store_full"
+	// CodeCancelUnconfirmed: in the error of a run.cancelled whose
+	// upstream_status is "unconfirmed": Foundry never confirmed the cancel
+	// within the worker's cancel bound; the message is the last upstream
+	// error.
+	CodeCancelUnconfirmed = "cancel_unconfirmed"
+)
+
+// Upstream statuses of run.cancelled (and of the state record) besides
+// Foundry's own (cancelled, completed, incomplete, failed).
+const (
+	// UpstreamUnknown: a create was started but its response id never
+	// arrived, so Foundry could not be asked.
+	UpstreamUnknown = "unknown"
+	// UpstreamUnconfirmed: the response exists, but Foundry answered no
+	// cancel and no read with a final status within the worker's cancel
+	// bound; error (code cancel_unconfirmed) carries the last upstream error.
+	UpstreamUnconfirmed = "unconfirmed"
+	// UpstreamNotFound: Foundry no longer knows the response (404 past the
+	// time a new response takes to become visible).
+	UpstreamNotFound = "not_found"
 )
 
 // Tool describes the tool call of a tool.* event.
@@ -115,12 +148,12 @@ type RunEvent struct {
 	Background       *bool  `json:"background,omitempty"`
 	Text             string `json:"text,omitempty"`              // text.delta
 	Tool             *Tool  `json:"tool,omitempty"`              // tool.*
-	Error            *Error `json:"error,omitempty"`             // run.failed, tool.failed
+	Error            *Error `json:"error,omitempty"`             // run.failed, tool.failed; run.cancelled with upstream_status unconfirmed
 	Status           string `json:"status,omitempty"`            // run.completed: completed | incomplete
 	IncompleteReason string `json:"incomplete_reason,omitempty"` // run.completed with status incomplete
 	Usage            *Usage `json:"usage,omitempty"`             // run.completed, run.cancelled
 	Reason           string `json:"reason,omitempty"`            // run.cancelled: requested | timeout | abandoned
-	UpstreamStatus   string `json:"upstream_status,omitempty"`   // run.cancelled: Foundry's status after the cancel
+	UpstreamStatus   string `json:"upstream_status,omitempty"`   // run.cancelled: Foundry's last word on the response (absent only if it never reached Foundry)
 	UsageUnknown     bool   `json:"usage_unknown,omitempty"`     // run.cancelled without usage
 }
 

@@ -15,11 +15,16 @@ type RunStatus string
 
 // Run statuses.
 const (
-	StatusQueued    RunStatus = "queued"
-	StatusRunning   RunStatus = "running"
-	StatusCompleted RunStatus = "completed"
-	StatusFailed    RunStatus = "failed"
-	StatusCancelled RunStatus = "cancelled"
+	StatusQueued  RunStatus = "queued"
+	StatusRunning RunStatus = "running"
+	// StatusCancelling: a cancel is recorded and the run's owner is
+	// stopping the response upstream (calling Foundry's cancel until
+	// Foundry confirms it, the response ends, or the cancel bound passes);
+	// the terminal event follows.
+	StatusCancelling RunStatus = "cancelling"
+	StatusCompleted  RunStatus = "completed"
+	StatusFailed     RunStatus = "failed"
+	StatusCancelled  RunStatus = "cancelled"
 )
 
 // Finished reports whether s is a final status.
@@ -32,6 +37,9 @@ type CancelRecord struct {
 	Reason string    `json:"reason"`         // ReasonRequested, ReasonTimeout or ReasonAbandoned
 	Note   string    `json:"note,omitempty"` // the requester's text (CancelRequest.Reason), if any
 	At     time.Time `json:"at"`
+	// UpstreamError is the first error Foundry's cancel answered, while the
+	// owner keeps retrying it (status cancelling); empty if none.
+	UpstreamError string `json:"upstream_error,omitempty"`
 }
 
 // RunState is the value stored in the KV bucket (<prefix>-runs) under the
@@ -72,6 +80,15 @@ type RunState struct {
 	UpdatedAt      time.Time  `json:"updated_at,omitzero"`
 	StartedAt      *time.Time `json:"started_at,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	// Deadline is when the run's deadline passes (timeout_seconds, or the
+	// worker's default timeout, counted from StartedAt); absent if it has
+	// none. Any worker cancels a run whose deadline has passed, even while
+	// its owner is dead.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// StalledAt is set while the response's stream has sent nothing for the
+	// worker's idle timeout (the owner re-reads the response and re-attaches
+	// once before it ends the run upstream_stalled).
+	StalledAt *time.Time `json:"stalled_at,omitempty"`
 }
 
 // Finished reports whether the run has ended.
