@@ -28,7 +28,9 @@ type Config struct {
 	// job it cannot start. Default 64.
 	Concurrency int
 	// DefaultTimeout is the run deadline for requests without
-	// timeout_seconds. 0 (the default) means no deadline.
+	// timeout_seconds, counted from the run's first start. Default 1h;
+	// negative means no deadline (a run then ends only on its own, on a
+	// cancel, or when its upstream stalls).
 	DefaultTimeout time.Duration
 	// EventInterval is the least time between two text.delta events of a
 	// run: text arriving sooner merges into the next event. Default 50ms,
@@ -36,10 +38,23 @@ type Config struct {
 	// stream (and the JetStream load) several times over; negative turns it
 	// off (each delta goes out as soon as the previous event is stored).
 	EventInterval time.Duration
-	// CancelConfirmTimeout bounds how long the owner waits, after a
-	// server-side cancel, for Foundry to report a terminal status before it
-	// publishes run.cancelled with what it knows. Default 10s.
+	// CancelConfirmTimeout bounds how long the owner of a cancelled run
+	// keeps calling Foundry's cancel (with backoff, reading the response
+	// meanwhile) until Foundry confirms a final status, counted from when
+	// the cancel was recorded. Past it the run ends run.cancelled with
+	// upstream_status "unconfirmed" and the last upstream error. It is long
+	// so that a cancel outlasts a service's bad minutes. Default 10m.
 	CancelConfirmTimeout time.Duration
+	// QueuedTimeout bounds how long a response may stay queued upstream
+	// (Foundry has been seen to keep a background response queued for ten
+	// minutes and more); past it the response is cancelled upstream and the
+	// run ends run.failed upstream_queued. Default 10m.
+	QueuedTimeout time.Duration
+	// StoreFullTimeout is how long JetStream may refuse a run's events
+	// because its store is full before the run's response is cancelled
+	// upstream (nobody can receive its output); the run then ends run.failed
+	// store_full as soon as anything can be written. Default 30s.
+	StoreFullTimeout time.Duration
 	// CancelAuditDelay is how long after a run ends as run.cancelled the
 	// worker reads the response back once more: Foundry's cancel is
 	// best-effort and a response has been seen to turn completed after it
@@ -96,6 +111,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// DefaultRunTimeout is the run deadline of requests without
+// timeout_seconds unless Config.DefaultTimeout says otherwise.
+const DefaultRunTimeout = time.Hour
+
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = events.DefaultPrefix
@@ -106,8 +125,17 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
 	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = DefaultRunTimeout
+	}
 	if c.CancelConfirmTimeout == 0 {
-		c.CancelConfirmTimeout = 10 * time.Second
+		c.CancelConfirmTimeout = 10 * time.Minute
+	}
+	if c.QueuedTimeout == 0 {
+		c.QueuedTimeout = 10 * time.Minute
+	}
+	if c.StoreFullTimeout == 0 {
+		c.StoreFullTimeout = 30 * time.Second
 	}
 	if c.EventInterval == 0 {
 		c.EventInterval = 50 * time.Millisecond
@@ -145,14 +173,17 @@ func (c Config) validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("concurrency must be at least 1, got %d", c.Concurrency))
 	}
-	if c.DefaultTimeout < 0 {
-		errs = append(errs, fmt.Errorf("default timeout must not be negative, got %s", c.DefaultTimeout))
-	}
 	if c.EventInterval > 5*time.Second {
 		errs = append(errs, fmt.Errorf("event interval must be at most 5s, got %s", c.EventInterval))
 	}
 	if c.CancelConfirmTimeout < 0 {
 		errs = append(errs, fmt.Errorf("cancel confirm timeout must not be negative, got %s", c.CancelConfirmTimeout))
+	}
+	if c.QueuedTimeout < 0 {
+		errs = append(errs, fmt.Errorf("queued timeout must not be negative, got %s", c.QueuedTimeout))
+	}
+	if c.StoreFullTimeout < 0 {
+		errs = append(errs, fmt.Errorf("store full timeout must not be negative, got %s", c.StoreFullTimeout))
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("shutdown timeout must not be negative, got %s", c.ShutdownTimeout))

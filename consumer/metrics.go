@@ -30,6 +30,11 @@ type metrics struct {
 	deadLetters         prometheus.Counter
 	handoffs            prometheus.Counter
 	lostOwnership       prometheus.Counter
+	cancelsUnconfirmed  prometheus.Counter
+	cancelsPending      prometheus.Gauge       // runs whose owner is calling Foundry's cancel now
+	storeRefusals       *prometheus.CounterVec // writes JetStream refused, its store full, by what: event, state
+	runsStalled         *prometheus.CounterVec // runs ended for a stalled upstream, by code
+	deadlinesEnforced   prometheus.Counter
 	queueSeconds        prometheus.Histogram
 	firstTokenSeconds   prometheus.Histogram
 	runSeconds          *prometheus.HistogramVec // by outcome: completed, failed, cancelled
@@ -103,6 +108,21 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 		lostOwnership: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "runs_lost_ownership_total", Help: "Runs abandoned because another worker wrote their events.",
 		}),
+		cancelsUnconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "cancels_unconfirmed_total", Help: "Runs ended run.cancelled with upstream_status unconfirmed: Foundry confirmed no final status within --cancel-confirm-timeout.",
+		}),
+		cancelsPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "foundryq", Name: "cancels_pending", Help: "Runs this worker owns whose response it is cancelling upstream now (status cancelling).",
+		}),
+		storeRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "store_refusals_total", Help: "Writes JetStream refused because its store (or the stream's max_bytes) is full, by what was written (event, state).",
+		}, []string{"what"}),
+		runsStalled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "runs_stalled_total", Help: "Runs ended because their upstream stalled, by code (upstream_stalled, upstream_queued, store_full).",
+		}, []string{"code"}),
+		deadlinesEnforced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "deadlines_enforced_total", Help: "Runs owned by another worker whose passed deadline this worker enforced (cancelled upstream and recorded), their owner having let it pass.",
+		}),
 		queueSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "foundryq", Name: "run_queue_seconds", Help: "Time from a run request being stored to a worker taking it (first delivery only).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
@@ -148,11 +168,17 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 	for _, o := range runOutcomes {
 		m.runSeconds.WithLabelValues(o)
 	}
+	for _, w := range []string{"event", "state"} {
+		m.storeRefusals.WithLabelValues(w)
+	}
+	for _, c := range []string{events.CodeUpstreamStalled, events.CodeUpstreamQueued, events.CodeStoreFull} {
+		m.runsStalled.WithLabelValues(c)
+	}
 	if reg != nil {
 		reg.MustRegister(m.runsActive, m.runsStarted, m.runsFinished, m.runsCancelled, m.eventsPublished,
 			m.deltasCoalesced, m.publishSeconds, m.publishRetries, m.upstreamErrors, m.cancelRequests,
 			m.cancelReplySeconds, m.completedAfterCancl, m.deadLetters, m.handoffs, m.lostOwnership,
-			m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens)
+			m.cancelsUnconfirmed, m.cancelsPending, m.storeRefusals, m.runsStalled, m.deadlinesEnforced, m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens)
 		if stuck != nil {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "foundryq", Name: "runs_stuck", Help: "Runs this worker owns that have stored no event for StuckAfter (--stuck-after); computed at each scrape.",

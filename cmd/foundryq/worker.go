@@ -33,6 +33,7 @@ type workerFlags struct {
 	concurrency, maxDeliver, replicas           *int
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
+	queuedTimeout, storeFullTimeout             *time.Duration
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
 	eventInterval, cancelAudit, foregroundPoll  *time.Duration
 	stuckAfter                                  *time.Duration
@@ -50,9 +51,11 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	}
 	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once", atLeast(1))
 	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)", idOrEmpty())
-	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", 0, "run deadline for requests without timeout_seconds (0: none)", notNegative("none"))
+	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", consumer.DefaultRunTimeout, "run deadline for requests without timeout_seconds (0: none)", notNegative("none"))
 	w.eventInterval = f.Duration("event-interval", "FOUNDRYQ_EVENT_INTERVAL", 50*time.Millisecond, "least time between two text.delta events of a run; text arriving sooner merges (negative: off)", positiveOrOff(5*time.Second))
-	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Second, "how long to wait for Foundry to confirm a cancel", positive())
+	w.cancelConfirm = f.Duration("cancel-confirm-timeout", "FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", 10*time.Minute, "how long the owner keeps calling Foundry's cancel until Foundry confirms it; then the run ends cancelled with upstream_status unconfirmed", positive())
+	w.queuedTimeout = f.Duration("queued-timeout", "FOUNDRYQ_QUEUED_TIMEOUT", 10*time.Minute, "how long a response may stay queued upstream before it is cancelled and the run fails upstream_queued", positive())
+	w.storeFullTimeout = f.Duration("store-full-timeout", "FOUNDRYQ_STORE_FULL_TIMEOUT", 30*time.Second, "how long JetStream may refuse a run's events (store full) before its response is cancelled upstream and the run fails store_full", positive())
 	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)", positiveOrOff(0))
 	w.foregroundPoll = f.Duration("foreground-poll-timeout", "FOUNDRYQ_FOREGROUND_POLL_TIMEOUT", time.Minute, "how long to poll a foreground response (hosted agents) whose stream broke before the run ends stream_lost", positive())
 	w.stuckAfter = f.Duration("stuck-after", "FOUNDRYQ_STUCK_AFTER", 5*time.Minute, "a run that stores no event for this long counts in the foundryq_runs_stuck gauge", positive())
@@ -118,8 +121,10 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		Prefix:                prefix,
 		WorkerID:              *w.workerID,
 		Concurrency:           *w.concurrency,
-		DefaultTimeout:        *w.defaultTimeout,
+		DefaultTimeout:        runTimeout(*w.defaultTimeout),
 		CancelConfirmTimeout:  *w.cancelConfirm,
+		QueuedTimeout:         *w.queuedTimeout,
+		StoreFullTimeout:      *w.storeFullTimeout,
 		CancelAuditDelay:      *w.cancelAudit,
 		EventInterval:         *w.eventInterval,
 		ShutdownTimeout:       *w.shutdown,
@@ -135,6 +140,14 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 			StateTTL:     *w.stateTTL,
 		},
 	}
+}
+
+// runTimeout maps the flag's 0 (no deadline) to the config's negative.
+func runTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
