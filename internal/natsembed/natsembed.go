@@ -54,6 +54,10 @@ type Config struct {
 	// cluster and leaf node listeners are turned off, and JetStream is on.
 	// Its server_name is kept unless ServerName is set.
 	ConfigFile string
+	// MaxStore caps JetStream's file storage, in bytes (max_file_store):
+	// once the streams hold that much, JetStream refuses writes. Default
+	// 0: the server's default (most of the disk).
+	MaxStore int64
 }
 
 func (c Config) withDefaults() Config {
@@ -75,6 +79,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	if c.Port < -1 || c.Port > 65535 {
 		return fmt.Errorf("natsembed: Port %d out of range (0 or -1 for random, else 1-65535)", c.Port)
+	}
+	if c.MaxStore < 0 {
+		return fmt.Errorf("natsembed: MaxStore %d must not be negative", c.MaxStore)
 	}
 	if c.ReadyTimeout < 0 {
 		return fmt.Errorf("natsembed: ReadyTimeout %s must be positive", c.ReadyTimeout)
@@ -127,6 +134,9 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxPayload != 0 {
 		opts.MaxPayload = cfg.MaxPayload
+	}
+	if cfg.MaxStore != 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
 	}
 	opts.Host, opts.Port, opts.DontListen = cfg.Host, cfg.Port, cfg.InProcess
 	opts.JetStream, opts.StoreDir = true, storeDir
