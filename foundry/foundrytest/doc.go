@@ -20,6 +20,10 @@
 //	DELETE /openai/v1/responses/{id}              forget a response (stops its generation)
 //	GET    /_emulator/stats                       Stats as JSON (no key needed)
 //	POST   /_emulator/throttle?for=D&retry_after=R answer every create 429 for D (GET: state, DELETE: end; no key)
+//	POST   /_emulator/faults?cancel_fail_for=D&cancel_hang_for=D
+//	                                              every cancel call answers 500, or hangs then answers 504, for D
+//	                                              (both optional, at most 1h; GET: the open windows with left_ms,
+//	                                              DELETE: close both; no key)
 //
 // The /openai/v1 routes are also served under the Foundry project form
 // /api/projects/{project}/openai/v1 (Server.ProjectBaseURL). Other paths
@@ -109,6 +113,14 @@
 //     outcome from the cancel reply or GET. If the cancel arrives before
 //     response.created went out (emu_created_ms), response.created is still
 //     sent, after the keepalives, already carrying status "cancelled".
+//   - Cancel faults: within an emu_cancel_fail_ms window, or a FailCancels
+//     one (POST /_emulator/faults?cancel_fail_for=D), a cancel call
+//     answers 500 server_error; within an emu_cancel_hang_ms window, or a
+//     HangCancels one (?cancel_hang_for=D), it hangs until the window ends
+//     or its client gives up, then answers 504 GatewayTimeout (a gateway
+//     timing out: the call never reached the service). Neither cancels
+//     anything. The process-wide windows apply to every cancel call,
+//     unknown ids included; Close answers hanging calls at once.
 //   - Throttle (or POST /_emulator/throttle) answers every create with 429
 //     rate_limit_exceeded, Retry-After (whole seconds) and Retry-After-Ms,
 //     and creates nothing, until it ends.
@@ -144,6 +156,8 @@
 //	| emu_drop_after | cut the create stream's connection after this many events (no final chunk: the client sees an unexpected EOF); a background response goes on and can be resumed, a foreground one ends at its next write | never |
 //	| emu_create_status | answer the create with this HTTP status (400-599) and a real error body; 429 adds "Retry-After: 1" and "Retry-After-Ms: 1000"; no response is created | normal create |
 //	| emu_create_status_times | with emu_create_status: only the first N creates of the run id (metadata.run_id) get that status, later ones are served: a transient 429 or 5xx that a retry clears (the OpenAI SDKs retry 429 and 5xx for this reason) | every create |
+//	| emu_cancel_fail_ms | from the first cancel call received for the response, for this long, every cancel call answers 500 server_error (the service's error body) and cancels nothing: the generation goes on | 0 |
+//	| emu_cancel_hang_ms | from the first cancel call received for the response, for this long, cancel calls hang with no answer until the window ends or the client gives up, then answer 504 (code GatewayTimeout, the gateway's message) and cancel nothing; with emu_cancel_fail_ms too, a hang wins | 0 |
 //	| emu_complete_despite_cancel | 1: cancel answers "cancelled" but the generation goes on and the response ends "completed" (seen on Azure) | 0 |
 //
 // Invalid values get 400 naming the key. Generated text is deterministic:
@@ -162,5 +176,9 @@
 // streams open now and every response's status. "After a disconnect" means
 // while the response had no connected stream after one went away before the
 // end (or, for a foreground response, the work done until the failing
-// write). Record gives the same per response.
+// write). Record gives the same per response, with its cancel calls:
+// cancel_calls (received), cancel_calls_max_in_flight (the most served at
+// once: 1 when a client coalesces its cancels), cancel_calls_faulted,
+// first_cancel_call_at and cancelled_at (the first call that actually
+// cancelled it).
 package foundrytest
