@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
@@ -344,4 +346,186 @@ func lostLines(logs string) []string {
 		}
 	}
 	return out
+}
+
+// cancelTimed cancels runID through the client and returns when it did.
+func (e *env) cancelTimed(runID string) time.Time {
+	e.t.Helper()
+	at := time.Now()
+	reply := e.cancel(runID)
+	if reply.Result != events.CancelCancelling && reply.Result != events.CancelAlreadyFinished {
+		e.t.Fatalf("cancel %s: %+v", runID, reply)
+	}
+	return at
+}
+
+// relayedBefore fails the test if the relayed text holds a token Foundry
+// generated later than slack after at (the emulator records when each token
+// was generated, with Config.RecordTimes).
+func relayedBefore(t *testing.T, rec foundrytest.ResponseRecord, relayed string, at time.Time, slack time.Duration) {
+	t.Helper()
+	if !strings.HasPrefix(rec.Text, relayed) {
+		t.Fatalf("relayed text is not a prefix of what Foundry generated")
+	}
+	for i, end := range rec.TokenEnds {
+		if end > len(relayed) {
+			break
+		}
+		if gen := time.Unix(0, rec.TokenTimes[i]); gen.After(at.Add(slack)) {
+			t.Fatalf("token %d was generated %s after the cancel and relayed", i, gen.Sub(at).Round(time.Millisecond))
+		}
+	}
+}
+
+// Foundry's cancel failing for a few seconds: the owner keeps calling it
+// (one call at a time) until Foundry confirms it; the record says
+// cancelling meanwhile, with the first upstream error; nothing generated
+// after the cancel is relayed; run.cancelled then says cancelled. On main
+// before this change the owner gave up after --cancel-confirm-timeout,
+// published run.cancelled without an upstream status, and every response
+// ran to completion.
+func TestCancelRetriedUntilFoundryConfirms(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withEmulator(foundrytest.Config{RecordTimes: true}))
+	e.twoWorkers(consumer.Config{CancelConfirmTimeout: time.Minute})
+	e.submit(request("retry-1", map[string]string{"emu_tokens": "3000", "emu_token_ms": "10", "emu_cancel_fail_ms": "3000"}))
+	e.waitEvent("retry-1", events.TypeTextDelta, 20*time.Second)
+	at := e.cancelTimed("retry-1")
+	eventually(t, 10*time.Second, "the record to say cancelling with the upstream error", func() bool {
+		st, _, err := e.client.State(context.Background(), "retry-1")
+		return err == nil && st.Status == events.StatusCancelling && st.Cancel != nil && strings.Contains(st.Cancel.UpstreamError, "500")
+	})
+	evs := e.collect("retry-1", 60*time.Second)
+	last := checkWellFormed(t, evs)
+	if last.Type != events.TypeRunCancelled || last.UpstreamStatus != "cancelled" || last.UsageUnknown || last.Usage == nil {
+		t.Fatalf("run ended %+v, want run.cancelled, upstream cancelled, with usage", last)
+	}
+	rec := e.emu.Records("retry-1")[0]
+	if rec.Status != "cancelled" || rec.CancelCalls < 2 || rec.CancelCallsMaxInFlight != 1 {
+		t.Fatalf("emulator: status %s, %d cancel calls, %d at once at most; want cancelled, retried, one at a time", rec.Status, rec.CancelCalls, rec.CancelCallsMaxInFlight)
+	}
+	if last.Usage.OutputTokens != int64(rec.Tokens) {
+		t.Fatalf("usage %d output tokens, Foundry billed %d", last.Usage.OutputTokens, rec.Tokens)
+	}
+	relayedBefore(t, rec, text(evs), at, 500*time.Millisecond)
+}
+
+// Foundry's cancel failing for longer than the bound: the run ends
+// run.cancelled with upstream_status unconfirmed and the last upstream
+// error, never without an upstream status.
+func TestCancelUnconfirmedAfterTheBound(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	e.startWorker(consumer.Config{WorkerID: "bound", CancelConfirmTimeout: 2 * time.Second, Registerer: reg})
+	e.submit(request("bound-1", map[string]string{"emu_tokens": "5000", "emu_token_ms": "10", "emu_cancel_fail_ms": "60000"}))
+	e.waitEvent("bound-1", events.TypeTextDelta, 20*time.Second)
+	start := time.Now()
+	e.cancelTimed("bound-1")
+	last := checkWellFormed(t, e.collect("bound-1", 30*time.Second))
+	took := time.Since(start)
+	if last.Type != events.TypeRunCancelled || last.UpstreamStatus != events.UpstreamUnconfirmed ||
+		last.Error == nil || last.Error.Code != events.CodeCancelUnconfirmed || !strings.Contains(last.Error.Message, "500") || !last.UsageUnknown {
+		t.Fatalf("run ended %+v (error %+v), want run.cancelled unconfirmed with the last upstream error", last, last.Error)
+	}
+	if took < 2*time.Second || took > 15*time.Second {
+		t.Fatalf("the run ended %s after the cancel, want about the 2s bound", took)
+	}
+	if st := e.state("bound-1"); st.UpstreamStatus != events.UpstreamUnconfirmed {
+		t.Fatalf("record upstream status %q", st.UpstreamStatus)
+	}
+	if n := counter(t, reg, "foundryq_cancels_unconfirmed_total", ""); n != 1 {
+		t.Fatalf("cancels_unconfirmed_total = %v", n)
+	}
+}
+
+// A response that runs to its end while Foundry's cancel keeps failing is
+// reported: run.cancelled with upstream_status completed and the usage
+// Foundry billed, counted in completed_after_cancel.
+func TestResponseThatRanOnIsReported(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withEmulator(foundrytest.Config{RecordTimes: true}))
+	reg := prometheus.NewRegistry()
+	e.startWorker(consumer.Config{WorkerID: "ranon", Registerer: reg})
+	e.submit(request("ranon-1", map[string]string{"emu_tokens": "200", "emu_token_ms": "10", "emu_cancel_fail_ms": "30000"}))
+	e.waitEvent("ranon-1", events.TypeTextDelta, 20*time.Second)
+	at := e.cancelTimed("ranon-1")
+	evs := e.collect("ranon-1", 30*time.Second)
+	last := checkWellFormed(t, evs)
+	rec := e.emu.Records("ranon-1")[0]
+	if last.Type != events.TypeRunCancelled || last.UpstreamStatus != "completed" || last.Usage == nil || last.Usage.OutputTokens != int64(rec.Tokens) {
+		t.Fatalf("run ended %+v, want run.cancelled, upstream completed, usage of %d tokens", last, rec.Tokens)
+	}
+	if n := counter(t, reg, "foundryq_completed_after_cancel_total", ""); n != 1 {
+		t.Fatalf("completed_after_cancel_total = %v", n)
+	}
+	relayedBefore(t, rec, text(evs), at, 500*time.Millisecond)
+}
+
+// The reply to a cancel comes at once even while Foundry's cancel hangs,
+// however many requests arrive; they make one upstream call at a time. On
+// main before this change each request waited for its own Foundry call (up
+// to 10s, past the Go client's 5s).
+func TestCancelReplyComesAtOnceWhileFoundryHangs(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.twoWorkers(consumer.Config{})
+	e.submit(request("hang-1", map[string]string{"emu_tokens": "5000", "emu_token_ms": "10", "emu_cancel_hang_ms": "3000"}))
+	e.waitEvent("hang-1", events.TypeTextDelta, 20*time.Second)
+	const n = 40
+	took := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			msg, err := e.nc.Request("foundryq.cancel.hang-1", nil, 5*time.Second)
+			took[i] = time.Since(start)
+			if err != nil {
+				t.Errorf("cancel request %d: %v", i, err)
+				return
+			}
+			if reply, err := events.DecodeCancelReply(msg.Data); err != nil || reply.Error != "" {
+				t.Errorf("cancel reply %d: %+v %v", i, reply, err)
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(took)
+	t.Logf("cancel replies: p50 %s, max %s", took[n/2].Round(time.Millisecond), took[n-1].Round(time.Millisecond))
+	if took[n-1] > time.Second {
+		t.Fatalf("slowest cancel reply took %s while Foundry's cancel hung, want under 1s", took[n-1])
+	}
+	last := checkWellFormed(t, e.collect("hang-1", 60*time.Second))
+	if last.Type != events.TypeRunCancelled || last.UpstreamStatus != "cancelled" {
+		t.Fatalf("run ended %+v, want run.cancelled, upstream cancelled", last)
+	}
+	if rec := e.emu.Records("hang-1")[0]; rec.CancelCallsMaxInFlight != 1 {
+		t.Fatalf("%d cancel calls reached Foundry at once, want 1 at a time (%d in all)", rec.CancelCallsMaxInFlight, rec.CancelCalls)
+	}
+}
+
+// A response that Foundry keeps queued ends the run upstream_queued after
+// QueuedTimeout, with the response cancelled; on main before this change
+// the run waited for ever.
+func TestResponseQueuedTooLongIsGivenUp(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withEmulator(foundrytest.Config{KeepaliveInterval: 200 * time.Millisecond}))
+	reg := prometheus.NewRegistry()
+	e.startWorker(consumer.Config{WorkerID: "queued", QueuedTimeout: 2 * time.Second, Registerer: reg})
+	e.submit(request("queued-1", map[string]string{"emu_queued_ms": "3600000"}))
+	last := checkWellFormed(t, e.collect("queued-1", 30*time.Second))
+	if last.Type != events.TypeRunFailed || last.Error.Code != events.CodeUpstreamQueued {
+		t.Fatalf("run ended %+v (error %+v), want run.failed upstream_queued", last, last.Error)
+	}
+	if rec := e.emu.Records("queued-1")[0]; rec.Status != "cancelled" {
+		t.Fatalf("emulator status %s, want cancelled", rec.Status)
+	}
+	if st := e.state("queued-1"); st.UpstreamStatus != "cancelled" {
+		t.Fatalf("record upstream status %q, want cancelled", st.UpstreamStatus)
+	}
+	if n := counter(t, reg, "foundryq_runs_stalled_total", events.CodeUpstreamQueued); n != 1 {
+		t.Fatalf("runs_stalled_total{code=upstream_queued} = %v", n)
+	}
 }
