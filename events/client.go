@@ -141,7 +141,7 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (res SubmitResult, 
 	ack, err := c.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(req.RunID), jetstream.WithExpectStream(c.names.RunsStream()))
 	if err != nil {
-		if jserr.SubjectFull(err) { // the run id is still queued
+		if jserr.SubjectFull(err) && !storeFull(err) { // the run id is still queued
 			return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
 		}
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, err)
