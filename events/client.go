@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,8 +22,10 @@ import (
 type ClientConfig struct {
 	// Prefix is the subject prefix. Default DefaultPrefix ("foundryq").
 	Prefix string
-	// CancelTimeout bounds a cancel request when the caller's context has
-	// no earlier deadline. Default 5s.
+	// CancelTimeout bounds a whole Cancel call (storing the cancel, the
+	// requests to the workers, retries included, and the look-ups of the
+	// run's record) when the caller's context has no earlier deadline.
+	// Default DefaultCancelTimeout (5s).
 	CancelTimeout time.Duration
 	// HeartbeatInterval is how often a Watch publishes a watcher heartbeat.
 	// Default 1s.
@@ -37,7 +40,7 @@ type ClientConfig struct {
 
 func (c ClientConfig) withDefaults() ClientConfig {
 	if c.CancelTimeout == 0 {
-		c.CancelTimeout = 5 * time.Second
+		c.CancelTimeout = DefaultCancelTimeout
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = time.Second
@@ -138,7 +141,7 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (res SubmitResult, 
 	ack, err := c.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(req.RunID), jetstream.WithExpectStream(c.names.RunsStream()))
 	if err != nil {
-		if jserr.SubjectFull(err) { // the run id is still queued
+		if jserr.SubjectFull(err) && !storeFull(err) { // the run id is still queued
 			return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
 		}
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, err)
@@ -178,15 +181,46 @@ func (c *Client) existing(ctx context.Context, runID, digest string) (res Submit
 	return SubmitResult{}, true, fmt.Errorf("events: submit run %s: %w", runID, &RunIDUsedError{RunID: runID, Status: st.Status})
 }
 
+// DefaultCancelTimeout is ClientConfig.CancelTimeout's default: the bound
+// on a whole Client.Cancel call (storing the cancel, the requests to the
+// workers and the look-ups of the run's record).
+const DefaultCancelTimeout = 5 * time.Second
+
+// ErrCancelUndelivered is returned (wrapped) by Client.Cancel when the
+// cancel could neither be stored (JetStream's store is full) nor delivered
+// to a worker (none answered in time): nothing will cancel the run. Send
+// the cancel again.
+var ErrCancelUndelivered = errors.New("the cancel could not be stored nor delivered to a worker")
+
 // Cancel cancels runID. It first stores the cancel durably on
 // <prefix>.cancels.<run_id> (stream <PREFIX>_CANCELS; a cancel already on
 // record stays as it is), then asks the workers (core NATS request on
-// <prefix>.cancel.<run_id>) and returns their typed reply. If no worker is
-// running (no responders), the stored cancel is applied by the worker that
-// takes the run, and Cancel answers from the state bucket: already_finished
-// if the run has ended, cancelling otherwise. A reply carrying an error
-// gives the reply and an error wrapping ErrCancelFailed. reason is free
-// text, at most MaxCancelReasonLen characters.
+// <prefix>.cancel.<run_id>) and returns their typed reply. The whole call
+// is bounded by ClientConfig.CancelTimeout (default 5s), or by ctx if its
+// deadline is earlier.
+//
+// The run's owner follows the stored cancel records, so once the cancel is
+// stored it reaches the owner whatever becomes of the request:
+//   - If no worker is running (no responders), the stored cancel is
+//     applied by the worker that takes the run, and Cancel answers from the
+//     state bucket: already_finished if the run has ended, cancelling
+//     otherwise.
+//   - If no reply comes within a slice of the timeout (the queue group
+//     picked a worker that is cut off from NATS or frozen), Cancel reads the
+//     run's record: already_finished if the run has ended, cancelling if it
+//     is cancelling or has a cancel on record; otherwise it sends the
+//     request again (another worker may answer) while time is left. In the
+//     end, with the cancel stored but nobody confirming it, the result is
+//     cancelling and no error: the outcome follows on the events subject.
+//   - If JetStream refuses to store the cancel because its store (or the
+//     cancels stream) is full, Cancel still sends the request, which
+//     carries the cancel to the owner; a worker then answers cancelling
+//     with Unrecorded set. If nobody answers either, the error wraps
+//     ErrCancelUndelivered.
+//
+// A reply carrying an error gives the reply and an error wrapping
+// ErrCancelFailed. reason is free text, at most MaxCancelReasonLen
+// characters.
 //
 // The stored cancel and the request carry the W3C trace context of a
 // "foundryq cancel" span (a child of the span in ctx, if any); the
@@ -206,46 +240,155 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (_ CancelRepl
 	if err != nil {
 		return CancelReply{}, fmt.Errorf("events: cancel run %s: %w", runID, err)
 	}
-	if err := c.recordCancel(ctx, runID, data); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CancelTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	total := time.Until(deadline)
+	// Each request gets a slice of the time, so that a request the queue
+	// group handed to a worker that never answers leaves time to look at
+	// the record and to ask again; the last part of the time is kept for
+	// that look.
+	slice := max(total/3, 50*time.Millisecond)
+	reserve := total / 10
+
+	stored, storeErr, err := c.recordCancel(ctx, runID, data)
+	if err != nil {
 		return CancelReply{}, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.CancelTimeout)
-	defer cancel()
-	rmsg := nats.NewMsg(c.names.CancelSubject(runID))
-	rmsg.Data = data
-	tracing.Inject(ctx, rmsg.Header)
-	msg, err := c.nc.RequestMsgWithContext(rctx, rmsg)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return c.noWorkerReply(ctx, runID), nil
+	attempts := 0
+	var lastErr error
+	for {
+		if !stored && attempts > 0 {
+			// The store may have room again: another try costs one publish.
+			if ok, serr, err := c.recordCancel(ctx, runID, data); err == nil {
+				stored = ok
+				if serr != nil {
+					storeErr = serr
+				}
+			}
+		}
+		attempts++
+		end := time.Now().Add(slice)
+		if last := deadline.Add(-reserve); last.Before(end) {
+			end = last
+		}
+		rctx, rcancel := context.WithDeadline(ctx, end)
+		rmsg := nats.NewMsg(c.names.CancelSubject(runID))
+		rmsg.Data = data
+		tracing.Inject(ctx, rmsg.Header)
+		msg, rerr := c.nc.RequestMsgWithContext(rctx, rmsg)
+		rcancel()
+		switch {
+		case rerr == nil:
+			reply, err := DecodeCancelReply(msg.Data)
+			if err != nil {
+				return reply, fmt.Errorf("events: cancel run %s: %w", runID, err)
+			}
+			if reply.Error != "" {
+				return reply, fmt.Errorf("events: cancel run %s: %w: %s", runID, ErrCancelFailed, reply.Error)
+			}
+			return reply, nil
+		case errors.Is(rerr, nats.ErrNoResponders):
+			if !stored {
+				return CancelReply{}, fmt.Errorf("events: cancel run %s: %w: %w; no worker is running", runID, ErrCancelUndelivered, storeErr)
+			}
+			return c.noWorkerReply(ctx, runID), nil
+		case errors.Is(rerr, context.DeadlineExceeded) || errors.Is(rerr, nats.ErrTimeout):
+			// Nobody answered in time: perhaps the worker the request went
+			// to is cut off or frozen. The record may say enough.
+			if reply, ok := c.recordedReply(ctx, runID); ok {
+				return reply, nil
+			}
+			lastErr = rerr
+		default:
+			// Not a silence another worker might break (the connection
+			// closed, the caller gave up): no retry.
+			lastErr = rerr
+		}
+		span.AddEvent("cancel request unanswered", trace.WithAttributes(attribute.Int("attempt", attempts),
+			attribute.String("error", lastErr.Error())))
+		retry := errors.Is(rerr, context.DeadlineExceeded) || errors.Is(rerr, nats.ErrTimeout)
+		if !retry || ctx.Err() != nil || time.Until(deadline) <= reserve {
+			break
+		}
 	}
-	if err != nil {
-		return CancelReply{}, fmt.Errorf("events: cancel run %s: %w", runID, err)
+	if stored {
+		// On record: the owner follows the stored cancel records, and the
+		// next worker to take the run applies it.
+		return CancelReply{RunID: runID, Result: CancelCancelling}, nil
 	}
-	reply, err := DecodeCancelReply(msg.Data)
-	if err != nil {
-		return reply, fmt.Errorf("events: cancel run %s: %w", runID, err)
-	}
-	if reply.Error != "" {
-		return reply, fmt.Errorf("events: cancel run %s: %w: %s", runID, ErrCancelFailed, reply.Error)
-	}
-	return reply, nil
+	return CancelReply{}, fmt.Errorf("events: cancel run %s: %w: %w; no worker answered in %d attempts (%w)",
+		runID, ErrCancelUndelivered, storeErr, attempts, lastErr)
 }
 
 // recordCancel stores the cancel request durably. A cancel already on
-// record for the run is kept (the stream refuses a second one).
-func (c *Client) recordCancel(ctx context.Context, runID string, body []byte) error {
+// record for the run is kept (the stream refuses a second one): stored is
+// true then too. A write refused because JetStream's store or the stream is
+// full gives stored false and that refusal as storeErr, not an error: the
+// cancel request still carries the cancel to the run's owner.
+func (c *Client) recordCancel(ctx context.Context, runID string, body []byte) (stored bool, storeErr, err error) {
 	msg := nats.NewMsg(c.names.CancelRecordSubject(runID))
 	msg.Data = body
 	tracing.Inject(ctx, msg.Header)
-	_, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(c.names.CancelsStream()))
-	if jserr.SubjectFull(err) {
-		return nil // a cancel is on record already
+	_, err = c.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(c.names.CancelsStream()))
+	switch {
+	case err == nil:
+		return true, nil, nil
+	case storeFull(err):
+		return false, fmt.Errorf("stream %s refused to store it: %w", c.names.CancelsStream(), err), nil
+	case jserr.SubjectFull(err):
+		return true, nil, nil // a cancel is on record already
 	}
-	if err != nil {
-		return fmt.Errorf("events: cancel run %s: record the cancel in stream %s (has a worker provisioned it?): %w",
-			runID, c.names.CancelsStream(), err)
+	return false, nil, fmt.Errorf("events: cancel run %s: record the cancel in stream %s (has a worker provisioned it?): %w",
+		runID, c.names.CancelsStream(), err)
+}
+
+// JetStream API error codes of a write refused for want of room
+// (nats-server's errors.json).
+const (
+	errCodeAccountResourcesExceeded jetstream.ErrorCode = 10002 // "resource limits exceeded for account"
+	errCodeInsufficientResources    jetstream.ErrorCode = 10023 // "insufficient resources": the server's store is full
+	errCodeStorageResourcesExceeded jetstream.ErrorCode = 10047 // "insufficient storage resources available"
+	// errCodeStoreFailed (JSStreamStoreFailedF, "{err}") carries the
+	// store's reason: "maximum bytes exceeded" or "maximum messages
+	// exceeded" for a stream at its limits (discard new), but also
+	// "maximum messages per subject exceeded" for a subject that holds its
+	// one message (a cancel already on record), which is not a full store.
+	errCodeStoreFailed jetstream.ErrorCode = 10077
+)
+
+// storeFull reports a publish JetStream refused because its store, the
+// account's storage or the stream's max_bytes or max_msgs is used up.
+func storeFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
 	}
-	return nil
+	switch apiErr.ErrorCode {
+	case errCodeAccountResourcesExceeded, errCodeInsufficientResources, errCodeStorageResourcesExceeded:
+		return true
+	case errCodeStoreFailed:
+		d := strings.ToLower(apiErr.Description)
+		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
+	}
+	return false
+}
+
+// recordedReply answers a cancel request nobody answered from the run's
+// record, when it says enough: already_finished if the run has ended,
+// cancelling if a worker has recorded a cancel. ok is false otherwise (or
+// if the record cannot be read).
+func (c *Client) recordedReply(ctx context.Context, runID string) (CancelReply, bool) {
+	st, _, err := c.State(ctx, runID)
+	switch {
+	case err != nil:
+		return CancelReply{}, false
+	case st.Finished():
+		return CancelReply{RunID: runID, Result: CancelAlreadyFinished, Terminal: st.Terminal, UpstreamStatus: st.UpstreamStatus}, true
+	case st.Status == StatusCancelling || st.Cancel != nil:
+		return CancelReply{RunID: runID, Result: CancelCancelling, UpstreamStatus: st.UpstreamStatus}, true
+	}
+	return CancelReply{}, false
 }
 
 // noWorkerReply answers a cancel that no worker heard: the cancel is on

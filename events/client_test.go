@@ -3,6 +3,8 @@ package events_test
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -208,5 +210,40 @@ func TestClientState(t *testing.T) {
 	st, rev, err := e.client.State(ctx, "s")
 	if err != nil || rev == 0 || st.Status != events.StatusRunning {
 		t.Fatalf("%+v %d %v", st, rev, err)
+	}
+}
+
+// A runs stream at its max_bytes refuses a publish with the code of a run
+// id still queued (10077); Submit must say the stream is full, not that
+// the run is queued (nothing was).
+func TestSubmitRunsStreamFull(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	info, err := e.res.Runs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.MaxBytes = 4 << 10
+	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	big := func(id string) events.RunRequest {
+		req := validRequest(id)
+		req.Input = json.RawMessage(`"` + strings.Repeat("x", 1000) + `"`)
+		return req
+	}
+	for i := 0; ; i++ {
+		if i > 100 {
+			t.Fatal("the runs stream never filled up")
+		}
+		if _, err := e.client.Submit(ctx, big("fill"+strconv.Itoa(i))); err != nil {
+			break
+		}
+	}
+	_, err = e.client.Submit(ctx, big("after-full"))
+	if err == nil || errors.Is(err, events.ErrAlreadyQueued) || !strings.Contains(err.Error(), "maximum bytes exceeded") {
+		t.Fatalf("submit to a full runs stream: %v; want the stream's refusal, not ErrAlreadyQueued", err)
 	}
 }

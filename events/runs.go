@@ -31,13 +31,31 @@ func (f RunFilter) Validate() error {
 		return fmt.Errorf("events: run filter: limit %d must not be negative", f.Limit)
 	}
 	for _, s := range f.Status {
-		switch s {
-		case StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled:
-		default:
-			return fmt.Errorf("events: run filter: unknown status %q (want queued, running, completed, failed or cancelled)", s)
+		if !s.Known() {
+			return fmt.Errorf("events: run filter: unknown status %q (want %s)", s, StatusList())
 		}
 	}
 	return nil
+}
+
+// runStatuses are the statuses of the v1 contract, in lifecycle order.
+var runStatuses = []RunStatus{StatusQueued, StatusRunning, StatusCancelling, StatusCompleted, StatusFailed, StatusCancelled}
+
+// RunStatuses returns every run status of the v1 contract, in lifecycle
+// order: the statuses a RunFilter accepts.
+func RunStatuses() []RunStatus { return slices.Clone(runStatuses) }
+
+// Known reports whether s is a run status of the v1 contract.
+func (s RunStatus) Known() bool { return slices.Contains(runStatuses, s) }
+
+// StatusList is the run statuses in words, for messages: "queued, running,
+// cancelling, completed, failed or cancelled".
+func StatusList() string {
+	names := make([]string, len(runStatuses))
+	for i, s := range runStatuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Match reports whether st passes the filter's status and time conditions.

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ func TestRuns(t *testing.T) {
 		{RunID: "b", Status: events.StatusRunning},
 		{RunID: "c", Status: events.StatusFailed},
 		{RunID: "d", Status: events.StatusRunning},
+		{RunID: "e", Status: events.StatusCancelling},
 	} {
 		st.UpdatedAt = base.Add(time.Duration(i) * time.Minute)
 		if _, err := e.store.Create(ctx, st); err != nil {
@@ -49,16 +51,26 @@ func TestRuns(t *testing.T) {
 			}
 		}
 	}
-	eq(list(events.RunFilter{}), "d", "c", "b", "a")
+	eq(list(events.RunFilter{}), "e", "d", "c", "b", "a")
 	eq(list(events.RunFilter{Status: []events.RunStatus{events.StatusRunning}}), "d", "b")
-	eq(list(events.RunFilter{UpdatedSince: base.Add(90 * time.Second)}), "d", "c")
-	eq(list(events.RunFilter{Limit: 1}), "d")
+	eq(list(events.RunFilter{UpdatedSince: base.Add(90 * time.Second)}), "e", "d", "c")
+	eq(list(events.RunFilter{Limit: 1}), "e")
+	eq(list(events.RunFilter{Status: []events.RunStatus{events.StatusCancelling}}), "e")
+	eq(list(events.RunFilter{Status: []events.RunStatus{events.StatusCancelling, events.StatusRunning}}), "e", "d", "b")
 	eq(list(events.RunFilter{Status: []events.RunStatus{events.StatusCancelled}}))
 
 	for _, err := range e.client.Runs(ctx, events.RunFilter{Status: []events.RunStatus{"paused"}}) {
-		if err == nil {
-			t.Fatal("unknown status accepted")
+		if err == nil || !strings.Contains(err.Error(), "cancelling") {
+			t.Fatalf("unknown status: %v, want an error listing the statuses", err)
 		}
+	}
+	for _, s := range events.RunStatuses() {
+		if err := (events.RunFilter{Status: []events.RunStatus{s}}).Validate(); err != nil {
+			t.Errorf("status %s: %v", s, err)
+		}
+	}
+	if got, want := events.StatusList(), "queued, running, cancelling, completed, failed or cancelled"; got != want {
+		t.Errorf("StatusList() = %q, want %q", got, want)
 	}
 	for _, err := range e.client.Runs(ctx, events.RunFilter{Limit: -1}) {
 		if err == nil || errors.Is(err, events.ErrStateNotFound) {

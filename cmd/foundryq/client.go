@@ -265,13 +265,18 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func describeCancel(r events.CancelReply) string {
 	switch r.Result {
 	case events.CancelCancelling:
-		s := "run " + r.RunID + ": cancelling; Foundry has been asked to stop"
+		watch := "foundryq watch " + r.RunID
+		if r.Unrecorded {
+			// The worker told the owner, but JetStream could not store the
+			// cancel (its store is full): nothing on record to fall back on.
+			return "run " + r.RunID + ": cancelling, but the cancel could not be stored (JetStream's store is full); " +
+				"the run's owner was told and stops it upstream. Send the cancel again if the run does not end (" + watch + ")"
+		}
+		s := "run " + r.RunID + ": cancelling; the cancel is recorded, not yet confirmed"
 		if r.UpstreamStatus != "" {
 			s += " (Foundry status now: " + r.UpstreamStatus + ")"
-		} else {
-			s += " (as soon as its response exists)"
 		}
-		return s
+		return s + ". Foundry's outcome follows on the run's events (" + watch + ")"
 	case events.CancelCancelled:
 		return "run " + r.RunID + ": cancelled before it started; Foundry was never called"
 	case events.CancelAlreadyFinished:

@@ -20,7 +20,7 @@ import (
 func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("runs", "runs [RUN_ID] [flags]")
 	nf := addNATSFlags(f)
-	status := f.String("status", "", "", "list only runs in these statuses, comma-separated: queued, running, completed, failed, cancelled")
+	status := f.String("status", "", "", "list only runs in these statuses, comma-separated: "+statusNames())
 	since := f.Duration("since", "", 0, "list only runs updated within this long, e.g. 1h (0: any time)")
 	limit := f.Int("limit", "", 0, "list at most this many runs, the most recently updated (0: all)")
 	asJSON := f.Bool("json", "", false, "print JSON: one state record per line, or for RUN_ID {\"state\", \"summary\"}")
@@ -82,7 +82,7 @@ func listRuns(ctx context.Context, c *events.Client, filter events.RunFilter, as
 	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	if !asJSON {
-		fmt.Fprintln(tw, "RUN\tSTATUS\tATTEMPT\tAGE\tUPDATED\tOWNER\tRESPONSE\tUSAGE\tEND")
+		fmt.Fprintln(tw, "RUN\tSTATUS\tATTEMPT\tAGE\tUPDATED\tOWNER\tRESPONSE\tUSAGE\tEND\tNOTES")
 	}
 	enc := json.NewEncoder(stdout)
 	for st, err := range c.Runs(ctx, filter) {
@@ -95,8 +95,7 @@ func listRuns(ctx context.Context, c *events.Client, filter events.RunFilter, as
 			}
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.RunID, st.Status, orDash(attemptOf(st)), since(now, st.CreatedAt),
-			since(now, st.UpdatedAt)+" ago", orDash(st.Owner), orDash(st.ResponseID), usageCell(st.Usage), orDash(endText(st)))
+		fmt.Fprintln(tw, runRow(st, now))
 	}
 	if asJSON {
 		return nil
@@ -147,6 +146,23 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 	}
 	if st.Cancel != nil {
 		line("cancel", fmt.Sprintf("%s at %s%s", st.Cancel.Reason, st.Cancel.At.Format(time.RFC3339), noteText(st.Cancel.Note)))
+		if st.Cancel.UpstreamError != "" {
+			u := "Foundry's cancel answered: " + st.Cancel.UpstreamError
+			if st.Status == events.StatusCancelling {
+				u += " (retrying)"
+			}
+			line("cancel upstream", u)
+		}
+	}
+	if st.Deadline != nil {
+		d := st.Deadline.Format(time.RFC3339)
+		if !st.Finished() {
+			d += " (" + deadlineText(*st.Deadline, now) + ")"
+		}
+		line("deadline", d)
+	}
+	if st.StalledAt != nil && !st.Finished() {
+		line("stalled", fmt.Sprintf("since %s (%s ago): Foundry's stream has sent nothing", st.StalledAt.Format(time.RFC3339), since(now, *st.StalledAt)))
 	}
 	line("created", fmt.Sprintf("%s (%s ago)", st.CreatedAt.Format(time.RFC3339), since(now, st.CreatedAt)))
 	line("updated", fmt.Sprintf("%s (%s ago)", st.UpdatedAt.Format(time.RFC3339), since(now, st.UpdatedAt)))
@@ -167,6 +183,51 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 	line("upstream", orDash(sum.UpstreamStatus))
 	line("events", eventsText(sum))
 	return tw.Flush()
+}
+
+// runRow is a run's row of the runs table, its cells separated by tabs.
+func runRow(st events.RunState, now time.Time) string {
+	return strings.Join([]string{st.RunID, string(st.Status), orDash(attemptOf(st)), since(now, st.CreatedAt),
+		since(now, st.UpdatedAt) + " ago", orDash(st.Owner), orDash(st.ResponseID), usageCell(st.Usage), orDash(endText(st)),
+		orDash(strings.Join(runNotes(st, now), "; "))}, "\t")
+}
+
+// runNotes are what a run's record says about a run that has not ended
+// beyond its status: that its response's stream has stalled, when its
+// deadline passes, since when its cancel waits for Foundry.
+func runNotes(st events.RunState, now time.Time) []string {
+	if st.Finished() {
+		return nil
+	}
+	var notes []string
+	if st.StalledAt != nil {
+		notes = append(notes, "stalled since "+since(now, *st.StalledAt))
+	}
+	if st.Status == events.StatusCancelling && st.Cancel != nil {
+		notes = append(notes, "cancel waits for Foundry since "+since(now, st.Cancel.At))
+	}
+	if st.Deadline != nil {
+		notes = append(notes, deadlineText(*st.Deadline, now))
+	}
+	return notes
+}
+
+// deadlineText is "deadline in 4m30s", or "deadline passed 12s ago".
+func deadlineText(deadline, now time.Time) string {
+	if deadline.After(now) {
+		return "deadline in " + since(deadline, now)
+	}
+	return "deadline passed " + since(now, deadline) + " ago"
+}
+
+// statusNames lists the run statuses for the --status help:
+// "queued, running, ...".
+func statusNames() string {
+	var names []string
+	for _, s := range events.RunStatuses() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
 }
 
 func attemptOf(st events.RunState) string {

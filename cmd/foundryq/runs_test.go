@@ -253,3 +253,105 @@ func TestSinceFormat(t *testing.T) {
 		t.Errorf("since the zero time = %q, want -", got)
 	}
 }
+
+func TestRunRowNotes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, c := range []struct {
+		name  string
+		st    events.RunState
+		notes string
+	}{
+		{"plain running", events.RunState{RunID: "r", Status: events.StatusRunning}, "-"},
+		{"stalled", events.RunState{RunID: "r", Status: events.StatusRunning, StalledAt: at(-2 * time.Minute)}, "stalled since 2m0s"},
+		{"deadline ahead", events.RunState{RunID: "r", Status: events.StatusRunning, Deadline: at(4*time.Minute + 30*time.Second)}, "deadline in 4m30s"},
+		{"deadline passed", events.RunState{RunID: "r", Status: events.StatusRunning, Deadline: at(-12 * time.Second)}, "deadline passed 12s ago"},
+		{"stalled, with a deadline", events.RunState{RunID: "r", Status: events.StatusRunning, StalledAt: at(-90 * time.Second), Deadline: at(time.Hour)},
+			"stalled since 1m30s; deadline in 1h0m"},
+		{"cancelling", events.RunState{RunID: "r", Status: events.StatusCancelling,
+			Cancel: &events.CancelRecord{Reason: events.ReasonRequested, At: now.Add(-10 * time.Second)}}, "cancel waits for Foundry since 10s"},
+		{"finished: no notes", events.RunState{RunID: "r", Status: events.StatusCancelled, Terminal: events.TypeRunCancelled,
+			StalledAt: at(-time.Minute), Deadline: at(-time.Minute)}, "-"},
+	} {
+		cells := strings.Split(runRow(c.st, now), "\t")
+		if len(cells) != 10 || cells[1] != string(c.st.Status) || cells[9] != c.notes {
+			t.Errorf("%s: row %q, want status %s and notes %q", c.name, cells, c.st.Status, c.notes)
+		}
+	}
+}
+
+// foundryq runs shows a cancelling run, marks a stalled one and shows a
+// running run's deadline, in the list and in the one-run view.
+func TestRunsCommandCancellingAndStalled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := devstack.Start(ctx, devstack.Config{NATS: natsembed.Config{StoreDir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("stop the stack: %v", err)
+		}
+	})
+	js, err := jetstream.New(s.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, s.Client.Names().Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	stalled, deadline := now.Add(-2*time.Minute), now.Add(time.Hour)
+	for _, st := range []events.RunState{
+		{RunID: "stuck-1", Schema: 1, Status: events.StatusRunning, Owner: "w1", Attempt: 1, ResponseID: "resp_1",
+			CreatedAt: now, UpdatedAt: now, StartedAt: &now, StalledAt: &stalled, Deadline: &deadline},
+		{RunID: "stopping-1", Schema: 1, Status: events.StatusCancelling, Owner: "w1", Attempt: 1, ResponseID: "resp_2",
+			CreatedAt: now, UpdatedAt: now.Add(-time.Second), StartedAt: &now,
+			Cancel: &events.CancelRecord{Reason: events.ReasonRequested, At: now, UpstreamError: "503 service unavailable"}},
+	} {
+		data, _ := json.Marshal(st)
+		if _, err := kv.Create(ctx, st.RunID, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := s.NATS.ClientURL()
+	code, out, stderr := runCmd(t, ctx, "runs", "--nats-url", url)
+	if code != 0 || !strings.Contains(out, "NOTES") {
+		t.Fatalf("runs: %d %s\n%s", code, stderr, out)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows[f[0]] = l
+		}
+	}
+	for id, cells := range map[string][]string{
+		"stuck-1":    {"running", "stalled since 2m", "deadline in "},
+		"stopping-1": {"cancelling", "cancel waits for Foundry since"},
+	} {
+		for _, c := range cells {
+			if !strings.Contains(rows[id], c) {
+				t.Errorf("row of %s %q lacks %q", id, rows[id], c)
+			}
+		}
+	}
+	code, out, _ = runCmd(t, ctx, "runs", "--nats-url", url, "--status", "cancelling")
+	if got := strings.Join(column(out), " "); code != 0 || got != "stopping-1" {
+		t.Errorf("runs --status cancelling: %d %q", code, got)
+	}
+	code, out, _ = runCmd(t, ctx, "runs", "--nats-url", url, "stuck-1")
+	for _, want := range []string{deadline.Format(time.RFC3339) + " (deadline in ", "stalled", "Foundry's stream has sent nothing"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("runs stuck-1: %d, no %q in\n%s", code, want, out)
+		}
+	}
+	code, out, _ = runCmd(t, ctx, "runs", "--nats-url", url, "stopping-1")
+	for _, want := range []string{"cancelling", "Foundry's cancel answered: 503 service unavailable (retrying)"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("runs stopping-1: %d, no %q in\n%s", code, want, out)
+		}
+	}
+}

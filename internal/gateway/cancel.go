@@ -8,10 +8,16 @@ import (
 )
 
 // cancelRun serves POST /v1/runs/{id}/cancel with an optional JSON body
-// {"reason": "..."}: 200 with the workers' events.CancelReply (result
-// cancelling, cancelled or already_finished), 404 for a run this tenant
-// does not have. The run is looked up first, so that a cancel of an
-// unknown id leaves no cancel record behind for a later run of that id.
+// {"reason": "..."}, answering with the events.CancelReply: 202 for
+// cancelling (the cancel is recorded, or with unrecorded delivered to the
+// run's owner; the outcome follows on the run's events), 200 for cancelled
+// and already_finished, 404 for a run this tenant does not have, 502 when
+// the worker that answered reports an error, 503 when the cancel could be
+// neither stored nor delivered. The run is looked up first, so that a
+// cancel of an unknown id leaves no cancel record behind for a later run
+// of that id. The events client's Cancel bounds the call
+// (Config.CancelTimeout) and answers cancelling, never an error, once the
+// cancel is on record.
 func (g *Gateway) cancelRun(w http.ResponseWriter, r *http.Request) {
 	t := tenantOf(r)
 	id, err := runIDParam(r)
@@ -40,6 +46,11 @@ func (g *Gateway) cancelRun(w http.ResponseWriter, r *http.Request) {
 		e.RunID = id
 		writeError(w, e)
 		return
+	case errors.Is(err, events.ErrCancelUndelivered):
+		e := apiErr(http.StatusServiceUnavailable, CodeUnavailable, "cancel run %s: %v; send it again", id, err)
+		e.RunID = id
+		writeError(w, e)
+		return
 	case err != nil:
 		writeError(w, natsError(err, "cancel run "+id))
 		return
@@ -47,6 +58,9 @@ func (g *Gateway) cancelRun(w http.ResponseWriter, r *http.Request) {
 		e := apiErr(http.StatusNotFound, CodeNotFound, "no run %s", id)
 		e.RunID = id
 		writeError(w, e)
+		return
+	case reply.Result == events.CancelCancelling:
+		writeJSON(w, http.StatusAccepted, reply)
 		return
 	}
 	writeJSON(w, http.StatusOK, reply)

@@ -1,13 +1,21 @@
 package gateway_test
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/gateway"
+	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
 // Stop in the middle: the cancel reaches Foundry, the stream ends with
@@ -33,7 +41,7 @@ func TestCancelRun(t *testing.T) {
 	r := g.do(t, "POST", path+"/cancel", map[string]string{"reason": "user pressed stop"})
 	var reply events.CancelReply
 	r.decode(t, &reply)
-	if r.status != http.StatusOK || reply.Result != events.CancelCancelling || reply.RunID != cr.RunID {
+	if r.status != http.StatusAccepted || reply.Result != events.CancelCancelling || reply.RunID != cr.RunID {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
 	}
 	rest := s.readAll(t)
@@ -81,7 +89,7 @@ func TestCancelQueuedRun(t *testing.T) {
 	r := g.do(t, "POST", "/v1/runs/"+cr.RunID+"/cancel", nil)
 	var reply events.CancelReply
 	r.decode(t, &reply)
-	if r.status != http.StatusOK || reply.Result != events.CancelCancelling {
+	if r.status != http.StatusAccepted || reply.Result != events.CancelCancelling {
 		t.Fatalf("cancel with no worker: %d %s", r.status, r.body)
 	}
 	e.startWorker(consumerConfig())
@@ -91,5 +99,110 @@ func TestCancelQueuedRun(t *testing.T) {
 	}
 	if n := e.emu.Stats().ResponsesCreated; n != 0 {
 		t.Fatalf("%d responses created for a run cancelled in the queue", n)
+	}
+}
+
+// cancelStandIn joins the workers' queue group on the cancel subjects until
+// the test ends: with a reply it answers every request with it (RunID
+// from the subject), without one it drops them, as a worker that is cut
+// off from NATS or frozen would.
+func cancelStandIn(t *testing.T, nc *nats.Conn, reply *events.CancelReply) {
+	t.Helper()
+	names := events.Names{}
+	sub, err := nc.QueueSubscribe(names.CancelWildcard(), names.WorkerQueueGroup(), func(m *nats.Msg) {
+		if reply == nil || m.Reply == "" {
+			return
+		}
+		r := *reply
+		r.RunID, _ = names.RunIDFromSubject(m.Subject)
+		data, _ := json.Marshal(r)
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A worker that never answers (the queue group picked it): the cancel is
+// on record, so the gateway answers 202 cancelling within its one cancel
+// timeout, never 503.
+func TestCancelRunUnanswered(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	const timeout = time.Second
+	g := e.gateway(gateway.Config{CancelTimeout: timeout})
+	cancelStandIn(t, e.nc, nil)
+	for range 4 {
+		cr := g.create(t, runRequest(nil))
+		start := time.Now()
+		r := g.do(t, "POST", "/v1/runs/"+cr.RunID+"/cancel", nil)
+		took := time.Since(start)
+		var reply events.CancelReply
+		r.decode(t, &reply)
+		if r.status != http.StatusAccepted || reply.Result != events.CancelCancelling || reply.RunID != cr.RunID {
+			t.Fatalf("cancel answered by nobody: %d %s; want 202 cancelling", r.status, r.body)
+		}
+		if took > timeout+2*time.Second {
+			t.Fatalf("the cancel took %s with a %s timeout", took, timeout)
+		}
+	}
+}
+
+// JetStream's store is full, so the cancel cannot be stored: with a worker
+// that tells the owner it is 202 with unrecorded; with nobody to deliver
+// it to, 503 saying so.
+func TestCancelRunStoreFull(t *testing.T) {
+	t.Parallel()
+	ns, err := natsembed.Start(natsembed.Config{MaxStore: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := mustJS(t, nc)
+	if _, err := consumer.Provision(ctx, js, events.Names{}, consumer.ProvisionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, gateway.Config{NoAuth: true, CancelTimeout: time.Second, Tenants: []gateway.Tenant{{Name: "default", Conn: nc}}}, nil)
+	var ids []string
+	for range 2 {
+		ids = append(ids, g.create(t, runRequest(nil)).RunID)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if i > 1000 {
+			t.Fatal("the store never filled up")
+		}
+		var apiErr *jetstream.APIError
+		if _, err := js.Publish(ctx, "filler", make([]byte, 32<<10)); errors.As(err, &apiErr) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := g.do(t, "POST", "/v1/runs/"+ids[0]+"/cancel", nil)
+	if ae := r.apiError(t); r.status != http.StatusServiceUnavailable || ae.Code != gateway.CodeUnavailable || !strings.Contains(ae.Message, "could not be stored") {
+		t.Fatalf("nothing stored, nobody told: %d %s; want 503 saying so", r.status, r.body)
+	}
+
+	cancelStandIn(t, nc, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
+	r = g.do(t, "POST", "/v1/runs/"+ids[1]+"/cancel", nil)
+	var reply events.CancelReply
+	r.decode(t, &reply)
+	if r.status != http.StatusAccepted || reply != (events.CancelReply{RunID: ids[1], Result: events.CancelCancelling, Unrecorded: true}) {
+		t.Fatalf("delivered but not stored: %d %s; want 202 with unrecorded", r.status, r.body)
 	}
 }

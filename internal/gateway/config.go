@@ -20,7 +20,7 @@ const (
 	DefaultMaxBodyBytes    = 512 << 10
 	DefaultSSEHeartbeat    = 15 * time.Second
 	DefaultWriteTimeout    = 30 * time.Second
-	DefaultCancelTimeout   = 10 * time.Second
+	DefaultCancelTimeout   = events.DefaultCancelTimeout // one bound on a whole cancel, as in the Go client and the CLI
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultListLimit       = 100
 	MaxListLimit           = 1000
@@ -66,7 +66,10 @@ type Config struct {
 	// WriteTimeout bounds each write to a client; an event stream whose
 	// client stops reading is closed after it. Default 30s.
 	WriteTimeout time.Duration
-	// CancelTimeout bounds a cancel request to the workers. Default 10s.
+	// CancelTimeout bounds a whole cancel (POST /v1/runs/{id}/cancel after
+	// the run's look-up): storing it, asking the workers, asking again past
+	// a worker that does not answer. It is the events client's
+	// ClientConfig.CancelTimeout; default events.DefaultCancelTimeout (5s).
 	CancelTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of the HTTP server when
 	// Run's context ends (event streams are ended at once). Default 10s.
@@ -105,9 +108,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.CancelTimeout == 0 {
-		c.CancelTimeout = DefaultCancelTimeout
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout

@@ -25,6 +25,18 @@ func TestConsoleFiles(t *testing.T) {
 			t.Errorf("GET %s: CSP %q", c.path, csp)
 		}
 	}
+	// The status cancelling (a cancel recorded, its outcome to follow) has
+	// a badge of its own and the reply's words.
+	for _, c := range []struct{ path, contains string }{
+		{"/style.css", ".status.cancelling"},
+		{"/app.js", `setStatus("cancelling")`},
+		{"/app.js", "recorded, not yet confirmed"},
+		{"/app.js", "reply.unrecorded"},
+	} {
+		if r := g.do(t, "GET", c.path, nil); !strings.Contains(string(r.body), c.contains) {
+			t.Errorf("GET %s lacks %q", c.path, c.contains)
+		}
+	}
 	if r := g.do(t, "GET", "/nope.html", nil); r.status != http.StatusNotFound || r.apiError(t).Code != gateway.CodeNotFound {
 		t.Errorf("unknown page: %d", r.status)
 	}

@@ -145,10 +145,8 @@ func (g *Gateway) parseFilter(r *http.Request) (events.RunFilter, error) {
 				continue
 			}
 			st := events.RunStatus(s)
-			switch st {
-			case events.StatusQueued, events.StatusRunning, events.StatusCompleted, events.StatusFailed, events.StatusCancelled:
-			default:
-				return f, badParam("status", "unknown status %q (want queued, running, completed, failed or cancelled)", s)
+			if !st.Known() {
+				return f, badParam("status", "unknown status %q (want %s)", s, events.StatusList())
 			}
 			f.Status = append(f.Status, st)
 		}

@@ -177,13 +177,29 @@ func TestListRuns(t *testing.T) {
 	if l := list("?status=running"); len(l.Runs) != 0 {
 		t.Fatalf("running: %+v", l.Runs)
 	}
-	if l := list("?since=" + start.Add(-time.Second).UTC().Format(time.RFC3339)); len(l.Runs) != 3 {
+	// A run whose cancel is recorded while its owner stops it upstream.
+	kv, err := mustJS(t, e.nc).KeyValue(context.Background(), events.Names{}.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if _, err := kv.Create(context.Background(), "stopping1", []byte(mustJSON(t, events.RunState{RunID: "stopping1", Status: events.StatusCancelling,
+		Owner: "w9", Cancel: &events.CancelRecord{Reason: events.ReasonRequested, At: now}, CreatedAt: now, UpdatedAt: now}))); err != nil {
+		t.Fatal(err)
+	}
+	if l := list("?status=cancelling"); len(l.Runs) != 1 || l.Runs[0].RunID != "stopping1" || l.Runs[0].Status != events.StatusCancelling {
+		t.Fatalf("cancelling: %+v", l.Runs)
+	}
+	if l := list("?status=running,cancelling"); len(l.Runs) != 1 {
+		t.Fatalf("running or cancelling: %+v", l.Runs)
+	}
+	if l := list("?since=" + start.Add(-time.Second).UTC().Format(time.RFC3339)); len(l.Runs) != 4 {
 		t.Fatalf("since before the runs: %d runs", len(l.Runs))
 	}
 	if l := list("?since=" + time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); len(l.Runs) != 0 {
 		t.Fatalf("since the future: %d runs", len(l.Runs))
 	}
-	if l := list("?since=1h"); len(l.Runs) != 3 {
+	if l := list("?since=1h"); len(l.Runs) != 4 {
 		t.Fatalf("since=1h: %d runs", len(l.Runs))
 	}
 	for _, c := range []struct{ q, field string }{
@@ -194,6 +210,9 @@ func TestListRuns(t *testing.T) {
 		if ae := r.apiError(t); r.status != http.StatusBadRequest || ae.Code != gateway.CodeBadParameter || ae.Field != c.field {
 			t.Errorf("%s: %d %+v", c.q, r.status, ae)
 		}
+	}
+	if ae := g.do(t, "GET", "/v1/runs?status=done", nil).apiError(t); !strings.Contains(ae.Message, "cancelling") {
+		t.Errorf("unknown status: %q does not list the statuses", ae.Message)
 	}
 }
 

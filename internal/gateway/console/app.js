@@ -106,9 +106,25 @@ async function startRun(ev) {
 
 function setStatus(status) {
   const el = $("#run-status");
+  // A cancel is recorded: events that were already on their way do not
+  // make the run look running again; only its terminal event ends it.
+  if (status === "running" && el.textContent === "cancelling") return;
   el.textContent = status;
   el.className = "status " + status;
-  $("#stop").disabled = ["completed", "failed", "cancelled"].includes(status);
+  $("#stop").disabled = ["cancelling", "completed", "failed", "cancelled"].includes(status);
+}
+
+// cancelText says what a cancel reply knows. cancelling is recorded, not
+// confirmed: Foundry's outcome follows as the run's terminal event.
+function cancelText(reply) {
+  if (reply.result !== "cancelling") {
+    return "cancel: " + reply.result + (reply.upstream_status ? " (Foundry: " + reply.upstream_status + ")" : "");
+  }
+  if (reply.unrecorded) {
+    return "cancelling: the cancel could not be stored (the store is full); the run's owner was told. Press Stop again if the run does not end.";
+  }
+  return "cancelling: the cancel is recorded, not yet confirmed; Foundry's outcome follows here" +
+    (reply.upstream_status ? " (Foundry: " + reply.upstream_status + ")" : "");
 }
 
 function appendText(text) {
@@ -215,7 +231,12 @@ async function stopRun() {
   $("#stop").disabled = true;
   try {
     const reply = await api("POST", "/v1/runs/" + encodeURIComponent(id) + "/cancel", { reason: "stop button in the console" });
-    $("#run-meta").textContent = "cancel: " + reply.result + (reply.upstream_status ? " (Foundry: " + reply.upstream_status + ")" : "");
+    if (state.runID !== id) return;
+    $("#run-meta").textContent = cancelText(reply);
+    if (reply.result === "cancelling" && $("#run-status").textContent !== "cancelled") {
+      setStatus("cancelling");
+      if (reply.unrecorded) $("#stop").disabled = false; // nothing on record: let the user send it again
+    }
   } catch (e) {
     $("#run-meta").textContent = "cancel failed: " + e.message;
     $("#stop").disabled = false;

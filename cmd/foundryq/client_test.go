@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/devstack"
+	"github.com/foundryq/foundryq/internal/natsembed"
+)
+
+func TestDescribeCancel(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		reply     events.CancelReply
+		want, not []string
+	}{
+		{events.CancelReply{RunID: "r1", Result: events.CancelCancelling},
+			[]string{"run r1: cancelling", "recorded, not yet confirmed", "outcome follows on the run's events", "foundryq watch r1"},
+			[]string{"could not be stored", "Foundry status now"}},
+		{events.CancelReply{RunID: "r1", Result: events.CancelCancelling, UpstreamStatus: "cancelled"},
+			[]string{"recorded, not yet confirmed", "(Foundry status now: cancelled)", "foundryq watch r1"}, nil},
+		{events.CancelReply{RunID: "r1", Result: events.CancelCancelling, Unrecorded: true},
+			[]string{"run r1: cancelling", "could not be stored", "Send the cancel again if the run does not end", "foundryq watch r1"},
+			[]string{"is recorded"}},
+		{events.CancelReply{RunID: "r1", Result: events.CancelCancelled}, []string{"cancelled before it started"}, nil},
+		{events.CancelReply{RunID: "r1", Result: events.CancelAlreadyFinished, Terminal: events.TypeRunCompleted},
+			[]string{"already finished (run.completed)"}, nil},
+		{events.CancelReply{RunID: "r1", Result: events.CancelNotFound}, []string{"not found"}, nil},
+	} {
+		got := describeCancel(tt.reply)
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%+v: %q does not say %q", tt.reply, got, w)
+			}
+		}
+		for _, n := range tt.not {
+			if strings.Contains(got, n) {
+				t.Errorf("%+v: %q says %q", tt.reply, got, n)
+			}
+		}
+	}
+}
+
+// standIn joins the workers' queue group on the cancel subjects until the
+// test ends: with a reply it answers every request with it (its RunID set
+// from the subject), without one it drops them, as a frozen worker would.
+func standIn(t *testing.T, nc *nats.Conn, names events.Names, reply *events.CancelReply) {
+	t.Helper()
+	sub, err := nc.QueueSubscribe(names.CancelWildcard(), names.WorkerQueueGroup(), func(m *nats.Msg) {
+		if reply == nil || m.Reply == "" {
+			return
+		}
+		r := *reply
+		r.RunID, _ = names.RunIDFromSubject(m.Subject)
+		data, _ := json.Marshal(r)
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// foundryq cancel when no worker confirms the cancel (it is recorded), and
+// when a worker could not store it: exit 0 both times, and words that say
+// what is known.
+func TestCancelCommandUnconfirmed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := devstack.Start(ctx, devstack.Config{NATS: natsembed.Config{StoreDir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("stop the stack: %v", err)
+		}
+	})
+	url := s.NATS.ClientURL()
+	names := s.Client.Names()
+
+	t.Run("nobody confirms", func(t *testing.T) {
+		standIn(t, s.Conn, names, nil)
+		start := time.Now()
+		code, stdout, stderr := runCmd(t, ctx, "cancel", "--nats-url", url, "unconf-1")
+		if code != exitOK || !strings.Contains(stdout, "recorded, not yet confirmed") || !strings.Contains(stdout, "foundryq watch unconf-1") {
+			t.Fatalf("code %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		// One timeout (the client's default) for the whole command.
+		if took := time.Since(start); took > events.DefaultCancelTimeout+5*time.Second {
+			t.Fatalf("took %s", took)
+		}
+	})
+
+	t.Run("unrecorded", func(t *testing.T) {
+		standIn(t, s.Conn, names, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
+		code, stdout, stderr := runCmd(t, ctx, "cancel", "--nats-url", url, "unrec-1")
+		if code != exitOK || !strings.Contains(stdout, "could not be stored") || !strings.Contains(stdout, "Send the cancel again") {
+			t.Fatalf("code %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+	})
+}
