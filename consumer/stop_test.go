@@ -327,7 +327,7 @@ func TestLostOwnershipIsCountedOnEveryPath(t *testing.T) {
 	})
 	// The zombie's deadline passes while it is cut off; it cancels upstream
 	// and tries to end the run, then comes back and finds another owner.
-	time.Sleep(time.Until(e.state("lost-1").Deadline.Add(time.Second)))
+	time.Sleep(time.Until(e.state("lost-1").StartedAt.Add(time.Duration(req.TimeoutSeconds)*time.Second + time.Second)))
 	cut.set(false)
 	checkWellFormed(t, e.collect("lost-1", 60*time.Second))
 	eventually(t, 30*time.Second, "the zombie to notice", func() bool {
