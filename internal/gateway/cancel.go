@@ -8,10 +8,10 @@ import (
 )
 
 // cancelRun serves POST /v1/runs/{id}/cancel with an optional JSON body
-// {"reason": "..."}, answering with the events.CancelReply: 202 for
-// cancelling (the cancel is recorded, or with unrecorded delivered to the
-// run's owner; the outcome follows on the run's events), 200 for cancelled
-// and already_finished, 404 for a run this tenant does not have, 502 when
+// {"reason": "..."}, answering 200 with the events.CancelReply (cancelling:
+// the cancel is recorded, or with unrecorded delivered to the run's owner,
+// and the outcome follows on the run's events; cancelled;
+// already_finished), 404 for a run this tenant does not have, 502 when
 // the worker that answered reports an error, 503 when the cancel could be
 // neither stored nor delivered. The run is looked up first, so that a
 // cancel of an unknown id leaves no cancel record behind for a later run
@@ -58,9 +58,6 @@ func (g *Gateway) cancelRun(w http.ResponseWriter, r *http.Request) {
 		e := apiErr(http.StatusNotFound, CodeNotFound, "no run %s", id)
 		e.RunID = id
 		writeError(w, e)
-		return
-	case reply.Result == events.CancelCancelling:
-		writeJSON(w, http.StatusAccepted, reply)
 		return
 	}
 	writeJSON(w, http.StatusOK, reply)

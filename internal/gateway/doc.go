@@ -6,7 +6,7 @@
 //	GET  /v1/runs                 the listing: status, since, limit
 //	GET  /v1/runs/{id}/events     Server-Sent Events: id = seq, event = type, data = the RunEvent JSON;
 //	                              Last-Event-ID or ?after=N resumes; ends after the terminal event
-//	POST /v1/runs/{id}/cancel     the CancelReply: 202 cancelling (recorded; the outcome follows on the events), 200 otherwise
+//	POST /v1/runs/{id}/cancel     200 with the CancelReply (cancelling: recorded; the outcome follows on the events)
 //	GET  /healthz, GET /          health, and the console (embedded static files)
 //
 // A Gateway keeps no state between requests: any number of them serve the

@@ -89,7 +89,7 @@ func TestTLS(t *testing.T) {
 	if ev, _, err := s.nextEvent(t); err != nil || ev.Type != events.TypeRunStarted {
 		t.Fatalf("first event %+v %v", ev, err)
 	}
-	if r := g.do(t, "POST", "/v1/runs/"+cr.RunID+"/cancel", nil, auth...); r.status != http.StatusAccepted {
+	if r := g.do(t, "POST", "/v1/runs/"+cr.RunID+"/cancel", nil, auth...); r.status != http.StatusOK {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
 	}
 	if evs := s.readAll(t); evs[len(evs)-1].Type != events.TypeRunCancelled {
