@@ -58,10 +58,18 @@
 //
 // A cancel is a core NATS request on the cancel subject with an optional
 // body {"reason": "..."}; the reply is {run_id, result, upstream_status?,
-// terminal?} with result cancelling, cancelled, already_finished or
+// terminal?, unrecorded?} with result cancelling (recorded: the run's owner
+// stops the response upstream, and run.cancelled with Foundry's last word
+// follows on the events subject), cancelled, already_finished or
 // not_found. Cancel is idempotent. Client.Cancel first stores the cancel on
-// the cancels stream, so that a cancel sent while no worker runs is applied
-// by the next worker to take the run.
+// the cancels stream, which the owner of the run follows (so the cancel
+// reaches it however the request is routed, and a cancel sent while no
+// worker runs is applied by the next worker to take the run), then asks the
+// workers; one timeout (ClientConfig.CancelTimeout) bounds the whole call,
+// a request nobody answers is followed by a look at the state record and
+// sent again, and a cancel on record but unconfirmed is answered
+// cancelling, not an error. With JetStream's store full the request still
+// carries the cancel to the owner (unrecorded).
 //
 // # The client
 //

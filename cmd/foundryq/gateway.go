@@ -38,7 +38,7 @@ func addGatewayFlags(f *flags) gatewayFlags {
 		maxBody:       f.Int("max-body", "FOUNDRYQ_GATEWAY_MAX_BODY", gateway.DefaultMaxBodyBytes, "largest request body in bytes (larger: 413)"),
 		listLimit:     f.Int("list-limit", "FOUNDRYQ_GATEWAY_LIST_LIMIT", gateway.DefaultListLimit, "runs GET /v1/runs returns without a limit parameter (at most 1000)"),
 		sseHeartbeat:  f.Duration("sse-heartbeat", "FOUNDRYQ_GATEWAY_SSE_HEARTBEAT", gateway.DefaultSSEHeartbeat, "comment line on an event stream silent for this long"),
-		cancelTimeout: f.Duration("cancel-timeout", "FOUNDRYQ_GATEWAY_CANCEL_TIMEOUT", gateway.DefaultCancelTimeout, "bound on a cancel request to the workers"),
+		cancelTimeout: f.Duration("cancel-timeout", "FOUNDRYQ_GATEWAY_CANCEL_TIMEOUT", gateway.DefaultCancelTimeout, "bound on a whole cancel: storing it, asking the workers, re-checking the record"),
 		shutdown:      f.Duration("shutdown-timeout", "FOUNDRYQ_GATEWAY_SHUTDOWN_TIMEOUT", gateway.DefaultShutdownTimeout, "bound on finishing requests at shutdown (event streams end at once)"),
 		tlsCert:       f.String("tls-cert", "FOUNDRYQ_GATEWAY_TLS_CERT", "", "TLS certificate file (PEM); with --tls-key the gateway serves HTTPS"),
 		tlsKey:        f.String("tls-key", "FOUNDRYQ_GATEWAY_TLS_KEY", "", "TLS private key file (PEM)"),
