@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -141,7 +140,7 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (res SubmitResult, 
 	ack, err := c.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(req.RunID), jetstream.WithExpectStream(c.names.RunsStream()))
 	if err != nil {
-		if jserr.SubjectFull(err) && !storeFull(err) { // the run id is still queued
+		if jserr.SubjectFull(err) { // the run id is still queued
 			return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
 		}
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, err)
@@ -334,44 +333,13 @@ func (c *Client) recordCancel(ctx context.Context, runID string, body []byte) (s
 	switch {
 	case err == nil:
 		return true, nil, nil
-	case storeFull(err):
+	case jserr.StoreFull(err):
 		return false, fmt.Errorf("stream %s refused to store it: %w", c.names.CancelsStream(), err), nil
 	case jserr.SubjectFull(err):
 		return true, nil, nil // a cancel is on record already
 	}
 	return false, nil, fmt.Errorf("events: cancel run %s: record the cancel in stream %s (has a worker provisioned it?): %w",
 		runID, c.names.CancelsStream(), err)
-}
-
-// JetStream API error codes of a write refused for want of room
-// (nats-server's errors.json).
-const (
-	errCodeAccountResourcesExceeded jetstream.ErrorCode = 10002 // "resource limits exceeded for account"
-	errCodeInsufficientResources    jetstream.ErrorCode = 10023 // "insufficient resources": the server's store is full
-	errCodeStorageResourcesExceeded jetstream.ErrorCode = 10047 // "insufficient storage resources available"
-	// errCodeStoreFailed (JSStreamStoreFailedF, "{err}") carries the
-	// store's reason: "maximum bytes exceeded" or "maximum messages
-	// exceeded" for a stream at its limits (discard new), but also
-	// "maximum messages per subject exceeded" for a subject that holds its
-	// one message (a cancel already on record), which is not a full store.
-	errCodeStoreFailed jetstream.ErrorCode = 10077
-)
-
-// storeFull reports a publish JetStream refused because its store, the
-// account's storage or the stream's max_bytes or max_msgs is used up.
-func storeFull(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case errCodeAccountResourcesExceeded, errCodeInsufficientResources, errCodeStorageResourcesExceeded:
-		return true
-	case errCodeStoreFailed:
-		d := strings.ToLower(apiErr.Description)
-		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
-	}
-	return false
 }
 
 // recordedReply answers a cancel request nobody answered from the run's

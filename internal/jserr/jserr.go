@@ -35,6 +35,8 @@ func SubjectFull(err error) bool {
 
 // Error codes of writes JetStream refuses for want of space.
 const (
+	// AccountResourcesExceeded: the account's resource limits.
+	AccountResourcesExceeded jetstream.ErrorCode = 10002
 	// InsufficientResources: the server's (or the account's) JetStream
 	// storage is used up (max_file_store / max_mem_store reached).
 	InsufficientResources jetstream.ErrorCode = 10023
@@ -44,7 +46,7 @@ const (
 
 // StoreFull reports a write JetStream refused because there is no room:
 // the server's or the account's storage is used up, or a stream with
-// discard-new reached its max_bytes. The write may succeed once space is
+// discard-new reached its max_bytes or max_msgs. The write may succeed once space is
 // freed; until then every write to the same store fails the same way.
 func StoreFull(err error) bool {
 	var apiErr *jetstream.APIError
@@ -52,10 +54,11 @@ func StoreFull(err error) bool {
 		return false
 	}
 	switch apiErr.ErrorCode {
-	case InsufficientResources, StorageResourcesExceeded:
+	case AccountResourcesExceeded, InsufficientResources, StorageResourcesExceeded:
 		return true
 	case MaxMsgsPerSubject:
-		return strings.Contains(apiErr.Description, "maximum bytes")
+		d := apiErr.Description
+		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
 	}
 	return false
 }
