@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/events"
 )
 
 // A pull loop whose heartbeat is older than the limit counts as stuck.
@@ -37,6 +39,31 @@ func TestReadinessPullLoop(t *testing.T) {
 			}
 			if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), c.reason) {
 				t.Fatalf("got %v, want not ready: %s", err, c.reason)
+			}
+		})
+	}
+}
+
+// Every run has a deadline unless one is refused explicitly: the default
+// is DefaultRunTimeout, a negative DefaultTimeout means none, and a
+// request's timeout_seconds wins.
+func TestRunTimeout(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		cfg     time.Duration
+		seconds int
+		want    time.Duration
+	}{
+		{name: "default", want: DefaultRunTimeout},
+		{name: "configured", cfg: 5 * time.Minute, want: 5 * time.Minute},
+		{name: "none", cfg: -1},
+		{name: "request wins", cfg: -1, seconds: 30, want: 30 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := &Worker{cfg: Config{DefaultTimeout: c.cfg}.withDefaults()}
+			if got := w.runTimeout(events.RunRequest{TimeoutSeconds: c.seconds}); got != c.want {
+				t.Fatalf("run timeout %s, want %s", got, c.want)
 			}
 		})
 	}

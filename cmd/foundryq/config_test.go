@@ -36,16 +36,19 @@ func TestWorkerPrintConfig(t *testing.T) {
 		rows[f[0]] = f[1:]
 	}
 	for setting, want := range map[string][]string{
-		"--foundry-endpoint": {"FOUNDRY_ENDPOINT", "http://127.0.0.1:8089/openai/v1/", "flag"},
-		"--concurrency":      {"FOUNDRYQ_CONCURRENCY", "8", "env"},
-		"--ack-wait":         {"FOUNDRYQ_ACK_WAIT", "45s", "flag"}, // the flag over the environment
-		"--worker-id":        {"FOUNDRYQ_WORKER_ID", "w-7", "flag"},
-		"--max-deliver":      {"FOUNDRYQ_MAX_DELIVER", "10", "default"},
-		"--state-ttl":        {"FOUNDRYQ_STATE_TTL", "168h0m0s", "default"},
-		"--foundry-api-key":  {"FOUNDRY_API_KEY", "[redacted]", "env"},
-		"--nats-password":    {"NATS_PASSWORD", "[redacted]", "env"},
-		"--nats-user":        {"NATS_USER", "worker", "env"},
-		"--foundry-scope":    {"FOUNDRY_SCOPE", `""`, "default"},
+		"--foundry-endpoint":            {"FOUNDRY_ENDPOINT", "http://127.0.0.1:8089/openai/v1/", "flag"},
+		"--concurrency":                 {"FOUNDRYQ_CONCURRENCY", "8", "env"},
+		"--ack-wait":                    {"FOUNDRYQ_ACK_WAIT", "45s", "flag"}, // the flag over the environment
+		"--worker-id":                   {"FOUNDRYQ_WORKER_ID", "w-7", "flag"},
+		"--max-deliver":                 {"FOUNDRYQ_MAX_DELIVER", "10", "default"},
+		"--state-ttl":                   {"FOUNDRYQ_STATE_TTL", "168h0m0s", "default"},
+		"--default-timeout":             {"FOUNDRYQ_DEFAULT_TIMEOUT", "1h0m0s", "default"}, // every run ends
+		"--cancel-confirm-timeout":      {"FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", "10m0s", "default"},
+		"--foundry-stream-idle-timeout": {"FOUNDRY_STREAM_IDLE_TIMEOUT", "1m30s", "default"},
+		"--foundry-api-key":             {"FOUNDRY_API_KEY", "[redacted]", "env"},
+		"--nats-password":               {"NATS_PASSWORD", "[redacted]", "env"},
+		"--nats-user":                   {"NATS_USER", "worker", "env"},
+		"--foundry-scope":               {"FOUNDRY_SCOPE", `""`, "default"},
 	} {
 		if got := rows[setting]; strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s: %v, want %v", setting, got, want)
