@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -318,10 +319,30 @@ func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg 
 	return res, nil
 }
 
+// upsertStream creates the stream, or updates it unless it already holds
+// every setting of scfg: workers starting together then send no update
+// (nats-server races a stream update against a consumer being created on
+// the same stream, which the race detector reports from its own code).
 func upsertStream(ctx context.Context, js jetstream.JetStream, scfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if s, err := js.Stream(ctx, scfg.Name); err == nil && holds(s.CachedInfo().Config, scfg) {
+		return s, nil
+	}
 	return retryProvision(ctx, "stream "+scfg.Name, func() (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, scfg)
 	})
+}
+
+// holds reports whether have has the value of every field that want sets
+// (its fields that are not zero); the server fills the others with its
+// defaults.
+func holds(have, want jetstream.StreamConfig) bool {
+	h, w := reflect.ValueOf(have), reflect.ValueOf(want)
+	for i := range w.NumField() {
+		if f := w.Field(i); !f.IsZero() && !reflect.DeepEqual(f.Interface(), h.Field(i).Interface()) {
+			return false
+		}
+	}
+	return true
 }
 
 // retryProvision retries fn while the error says a concurrent provisioner
