@@ -96,6 +96,20 @@ func (r *run) repairEnd(st events.RunState, pos position) {
 		// Written before records kept their end: the terminal event was
 		// stored first.
 		return
+	case st.End.Seq <= pos.Seq:
+		// A zombie owner stored an event after the end was recorded: the
+		// end moves behind it, so that the run still ends with its one
+		// terminal event.
+		moved, err := r.w.states.Update(r.hard, r.id, func(s *events.RunState) error {
+			return renumberEnd(s, st.End.Seq, pos.Seq+1)
+		})
+		if err != nil {
+			r.logger().Error().Err(err).Msg("move the recorded end behind the stored events; the job will be delivered again")
+			return
+		}
+		r.logger().Warn().Uint64("end_seq", st.End.Seq).Uint64("stored_seq", pos.Seq).
+			Msg("an event was stored after the run's end was recorded; the end follows it")
+		st = moved
 	case st.End.Seq != pos.Seq+1:
 		r.logger().Error().Uint64("end_seq", st.End.Seq).Uint64("stored_seq", pos.Seq).
 			Msg("the state record's end does not follow the stored events; not repaired")

@@ -276,6 +276,24 @@ func failCorrupt(runID string, o owner, end events.RunEvent, now time.Time) even
 	return s
 }
 
+// renumberEnd moves a recorded end whose seq from was taken by an event a
+// zombie owner stored after the end was recorded (the terminal event could
+// not be published) to seq to, behind the stored events.
+func renumberEnd(s *events.RunState, from, to uint64) error {
+	switch {
+	case s.End == nil || !s.Finished():
+		return errSkipUpdate
+	case s.End.Seq == to:
+		return errSkipUpdate // done already
+	case s.End.Seq != from:
+		return errFinished
+	}
+	end := *s.End
+	end.Seq = to
+	s.End = &end
+	return nil
+}
+
 // auditedUpstream records what Foundry reported about a response after the
 // run ended (a cancelled response that completed after all).
 func auditedUpstream(s *events.RunState, status string) error {

@@ -196,8 +196,11 @@ func TestKnowResponse(t *testing.T) {
 
 func TestRecordCancel(t *testing.T) {
 	s := running()
-	if err := recordCancel(&s, true, rec); err != nil || s.Cancel == nil || s.Cancel.Note != "stop" {
-		t.Fatalf("%v %+v", err, s.Cancel)
+	if err := recordCancel(&s, true, rec); err != nil || s.Cancel == nil || s.Cancel.Note != "stop" || s.Status != events.StatusCancelling {
+		t.Fatalf("%v %+v, status %s; want the cancel on record, cancelling", err, s.Cancel, s.Status)
+	}
+	if err := claimRun(&s, true, owner{worker: "w2", attempt: 4}, s.Digest, 0, t0); err != nil || s.Status != events.StatusCancelling {
+		t.Fatalf("claim of a cancelling run: %v, status %s; want it cancelling still", err, s.Status)
 	}
 	second := events.CancelRecord{Reason: events.ReasonTimeout, At: t0}
 	if err := recordCancel(&s, true, second); !errors.Is(err, errSkipUpdate) || s.Cancel.Reason != events.ReasonRequested {
@@ -336,5 +339,66 @@ func TestFinishedReply(t *testing.T) {
 	lost.CreateStartedAt = ptr(t0)
 	if r := finishedReply(lost); r.Result != events.CancelAlreadyFinished {
 		t.Errorf("cancelled with the create's outcome unknown: %+v", r)
+	}
+}
+
+func TestClaimRecordsTheDeadline(t *testing.T) {
+	var s events.RunState
+	if err := claimRun(&s, false, me, "d", time.Minute, t0); err != nil || s.Deadline == nil || !s.Deadline.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("%v, deadline %v; want started + 1m", err, s.Deadline)
+	}
+	releaseRun(&s, me, "")
+	// A later owner neither moves nor extends it.
+	if err := claimRun(&s, true, owner{worker: "w2", attempt: 4}, "d", time.Hour, t0.Add(30*time.Second)); err != nil || !s.Deadline.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("%v, deadline %v; want it unchanged", err, s.Deadline)
+	}
+	var none events.RunState
+	if err := claimRun(&none, false, me, "d", 0, t0); err != nil || none.Deadline != nil {
+		t.Fatalf("no timeout: %v, deadline %v", err, none.Deadline)
+	}
+}
+
+func TestRenumberEnd(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		end      uint64 // the recorded end's seq, 0 for none
+		finished bool
+		from, to uint64
+		want     error
+		wantSeq  uint64
+	}{
+		{name: "moved", end: 3, finished: true, from: 3, to: 4, wantSeq: 4},
+		{name: "moved already", end: 4, finished: true, from: 3, to: 4, want: errSkipUpdate, wantSeq: 4},
+		{name: "another end", end: 7, finished: true, from: 3, to: 4, want: errFinished, wantSeq: 7},
+		{name: "not finished", from: 3, to: 4, want: errSkipUpdate},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := running()
+			if tt.finished {
+				s = finished(events.TypeRunCancelled)
+				s.End = &events.RunEvent{Seq: tt.end, Type: events.TypeRunCancelled}
+			}
+			err := renumberEnd(&s, tt.from, tt.to)
+			if !errors.Is(err, tt.want) || (s.End != nil && s.End.Seq != tt.wantSeq) {
+				t.Fatalf("err %v (want %v), end %+v (want seq %d)", err, tt.want, s.End, tt.wantSeq)
+			}
+		})
+	}
+}
+
+func TestMarkStalled(t *testing.T) {
+	s := running()
+	at := t0
+	if err := markStalled(&s, me, &at); err != nil || s.StalledAt == nil {
+		t.Fatalf("%v %v", err, s.StalledAt)
+	}
+	if err := markStalled(&s, me, &at); !errors.Is(err, errSkipUpdate) {
+		t.Fatalf("marked twice: %v", err)
+	}
+	if err := markStalled(&s, owner{worker: "other", attempt: 1}, nil); !errors.Is(err, errNotOwner) {
+		t.Fatalf("another worker: %v", err)
+	}
+	if err := markStalled(&s, me, nil); err != nil || s.StalledAt != nil {
+		t.Fatalf("cleared: %v %v", err, s.StalledAt)
 	}
 }

@@ -274,6 +274,9 @@ func (r *run) drive(req events.RunRequest, pos position) {
 		// for a response a previous owner started): nothing to read.
 		if id := r.lastState().ResponseID; id != "" {
 			r.setResponseID(id, time.Now())
+			// Announced as a re-attach is: the publish fences out a
+			// previous owner that may still be storing events.
+			r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
 		}
 		readerDone <- outcome{noResponse: r.currentResponseID() == "", upstreamSeq: -1}
 		r.interrupt(readerDone, upStop)

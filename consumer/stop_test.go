@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"slices"
 	"strings"
@@ -583,4 +584,52 @@ func TestSilenceShorterThanTwoIdleTimeoutsIsNotAStall(t *testing.T) {
 	if last := checkWellFormed(t, evs); last.Type != events.TypeRunCompleted || text(evs) != e.emulatorText("pause-1") {
 		t.Fatalf("run ended %+v, relayed %q; want run.completed with the whole text", last, text(evs))
 	}
+}
+
+// A zombie owner that stores an event after the new owner recorded the
+// run's end takes the seq the end was numbered with; the next delivery of
+// the job moves the end behind it and publishes it, so that the run still
+// ends with one terminal event. The chaos run found a run left without
+// one: "the state record's end does not follow the stored events; not
+// repaired".
+func TestEndRecordedBeforeAZombieEventIsRepaired(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	req := request("zombie-end", nil)
+	for i, ev := range []events.RunEvent{
+		{Type: events.TypeRunStarted, ResponseID: "resp_z", Attempt: 1, Worker: "old"},
+		{Type: events.TypeTextDelta, Text: "before"},
+		{Type: events.TypeTextDelta, Text: "the zombie's"},
+	} {
+		ev.RunID, ev.Seq, ev.Time = req.RunID, uint64(i+1), time.Now().UTC()
+		data, _ := json.Marshal(ev)
+		if _, err := e.js.Publish(ctx, "foundryq.events."+req.RunID, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := events.RunEvent{RunID: req.RunID, Seq: 3, Type: events.TypeRunCancelled, Time: time.Now().UTC(),
+		ResponseID: "resp_z", Reason: events.ReasonRequested, UpstreamStatus: "cancelled", UsageUnknown: true}
+	now := time.Now().UTC()
+	st := events.RunState{RunID: req.RunID, Schema: 1, Status: events.StatusCancelled, Digest: req.Digest(), ResponseID: "resp_z",
+		Owner: "new", Attempt: 2, Terminal: end.Type, End: &end, UpstreamStatus: "cancelled", FinishedAt: &now}
+	data, _ := json.Marshal(st)
+	kv, err := e.js.KeyValue(ctx, "foundryq-runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, req.RunID, data); err != nil {
+		t.Fatal(err)
+	}
+	e.startWorker(consumer.Config{WorkerID: "repairer"})
+	e.publishRaw(req) // the job, delivered again
+	evs := e.collect(req.RunID, 20*time.Second)
+	last := checkWellFormed(t, evs)
+	if len(evs) != 4 || last.Type != events.TypeRunCancelled || last.UpstreamStatus != "cancelled" {
+		t.Fatalf("events %v, last %+v: want the recorded end behind the zombie's event", types(evs), last)
+	}
+	if got := e.state(req.RunID); got.End == nil || got.End.Seq != 4 {
+		t.Fatalf("record end %+v, want seq 4", got.End)
+	}
+	e.waitRunsEmpty()
 }
