@@ -16,7 +16,8 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"defaults", Config{}, nil, ""},
 		{"concurrency", Config{Concurrency: -1}, ErrInvalidConfig, "concurrency must be at least 1"},
-		{"default timeout", Config{DefaultTimeout: -time.Second}, ErrInvalidConfig, "default timeout must not be negative"},
+		{"queued timeout", Config{QueuedTimeout: -time.Second}, ErrInvalidConfig, "queued timeout must not be negative"},
+		{"store full timeout", Config{StoreFullTimeout: -time.Second}, ErrInvalidConfig, "store full timeout must not be negative"},
 		{"poll wait", Config{PollWait: time.Millisecond}, ErrInvalidConfig, "poll wait must be at least 100ms"},
 		{"event interval", Config{EventInterval: time.Minute}, ErrInvalidConfig, "event interval must be at most 5s"},
 		{"worker id", Config{WorkerID: "a.b"}, ErrInvalidConfig, "worker id \"a.b\" must match [A-Za-z0-9_-]{1,64}"},

@@ -21,3 +21,15 @@ var (
 	// (the fence failed): this worker must stop without acking.
 	ErrLostOwnership = errors.New("consumer: lost ownership of the run")
 )
+
+// Why the worker gives up a response upstream (it is cancelled, and the run
+// ends run.failed with the matching code).
+var (
+	// errUpstreamStalled: the response's stream sent nothing, not even a
+	// keepalive, for the idle timeout, again after a re-attach, while
+	// Foundry still reported it unfinished (upstream_stalled).
+	errUpstreamStalled = errors.New("the response's stream went silent")
+	// errUpstreamQueued: Foundry kept the response queued for longer than
+	// Config.QueuedTimeout (upstream_queued).
+	errUpstreamQueued = errors.New("Foundry kept the response queued")
+)

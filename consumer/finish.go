@@ -20,6 +20,9 @@ import (
 // is repaired by the next delivery of the job (repairEnd).
 func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) {
 	if err := r.rel.flush(r.hard); err != nil {
+		if errors.Is(err, ErrLostOwnership) {
+			r.countLost()
+		}
 		r.logger().Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
 		return
 	}
@@ -31,6 +34,9 @@ func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus strin
 	})
 	if err != nil {
 		if isDecision(err) {
+			if errors.Is(err, errNotOwner) {
+				r.countLost()
+			}
 			r.logger().Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
 			return
 		}
@@ -39,6 +45,9 @@ func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus strin
 	}
 	r.rel.add(ev, upstreamSeq)
 	if err := r.rel.flush(r.hard); err != nil {
+		if errors.Is(err, ErrLostOwnership) {
+			r.countLost()
+		}
 		r.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
 		return
 	}
@@ -97,46 +106,6 @@ func (r *run) repairEnd(st events.RunState, pos position) {
 		return
 	}
 	r.logger().Warn().Str("type", string(st.End.Type)).Msg("terminal event was missing; published from the state record")
-}
-
-// reach says how far a cancelled run got upstream.
-type reach int
-
-const (
-	reachNone      reach = iota // never reached Foundry
-	reachUnknown                // a create may have started a response whose id is unknown
-	reachConfirmed              // a response exists; Foundry's last word is given (or could not be had)
-)
-
-// finishCancelled ends the run as run.cancelled. resp is Foundry's last
-// word on the response (nil if none).
-func (r *run) finishCancelled(reason string, resp *foundry.Response, how reach) {
-	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason, ResponseID: r.currentResponseID()}
-	var upstream string
-	switch {
-	case resp != nil:
-		ev.ResponseID = resp.ID
-		upstream = resp.Status
-		ev.UpstreamStatus = resp.Status
-		ev.Usage = usageOf(resp.Usage)
-		if resp.Status == foundry.StatusCompleted {
-			r.w.m.completedAfterCancl.Inc()
-			r.logger().Warn().Str("response_id", resp.ID).Msg("Foundry reports the response completed after the cancel; the run stays cancelled")
-		}
-	case how == reachUnknown:
-		upstream = "unknown"
-		ev.UpstreamStatus = upstream
-	case how == reachNone:
-		ev.Usage = &events.Usage{}
-	}
-	if ev.Usage == nil {
-		ev.UsageUnknown = true
-	}
-	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
-	r.finish(ev, -1, upstream)
-	if resp != nil && resp.Status == foundry.StatusCancelled && r.w.cfg.CancelAuditDelay > 0 {
-		r.w.audit(r.id, resp.ID)
-	}
 }
 
 // failUpstream ends or retries a run whose upstream work failed.
@@ -221,7 +190,7 @@ func (r *run) failInvalid(err error) {
 func (r *run) endLost(cause error) {
 	if reason, ok := r.cancelReason(); ok {
 		r.logger().Warn().Err(cause).Msg("cancelled while the response id was unknown; Foundry's status is unknown")
-		r.finishCancelled(reason, nil, reachUnknown)
+		r.finishCancelled(reason, stopped{how: reachUnknown})
 		return
 	}
 	msg := fmt.Sprintf("a response may have been started upstream but its id never arrived; it was not created again. "+
@@ -324,7 +293,7 @@ func (r *run) cancelUnreachable(id string) {
 // the run's record does not name the response this run started, nobody will
 // follow that response: it is cancelled.
 func (r *run) lostOwnership(out outcome) {
-	r.w.m.lostOwnership.Inc()
+	r.countLost()
 	r.logger().Warn().Err(out.err).Msg("another worker owns the run now; stopping without ack")
 	mine := r.currentResponseID()
 	if mine == "" {
@@ -336,6 +305,32 @@ func (r *run) lostOwnership(out outcome) {
 	}
 	r.logger().Warn().Str("response_id", mine).Msg("the run's record names another response; cancelling ours")
 	r.cancelAbandoned()
+}
+
+// countLost counts the run's loss of ownership, once however many steps
+// of the run notice it.
+func (r *run) countLost() {
+	r.lostOnce.Do(r.w.m.lostOwnership.Inc)
+}
+
+// failStopped ends the run run.failed with code after stopping its
+// response upstream (stopResponse), because the worker gives it up: its
+// events cannot be stored, or Foundry stalled it. The record keeps
+// Foundry's last word on the response.
+func (r *run) failStopped(code, message string) {
+	r.w.m.runsStalled.WithLabelValues(code).Inc()
+	r.logger().Error().Str("code", code).Msg(message + "; stopping the response upstream")
+	var end stopped
+	if id := r.currentResponseID(); id != "" && !r.isForeground() {
+		if end = r.stopResponse(r.hard, id); end.aborted {
+			return
+		} else if end.handoff {
+			r.handoffCancelling()
+			return
+		}
+	}
+	ev := failedWith(r.currentResponseID(), code, true, message)
+	r.finish(ev, -1, end.upstreamStatus())
 }
 
 // handoff stops a run at shutdown so that another worker re-attaches at

@@ -65,8 +65,10 @@ func (o owner) owns(s *events.RunState) bool {
 // released the run (a worker that vanished, or whose lease ran out) counts
 // as a failed attempt. It refuses a record from a newer worker, a run id
 // used by another request (digest), and a finished run (errFinished: the
-// same request again is a retry, acked without events).
-func claimRun(s *events.RunState, exists bool, o owner, digest string, now time.Time) error {
+// same request again is a retry, acked without events). With timeout > 0
+// the run's deadline is recorded, counted from its first start, so that any
+// worker can enforce it.
+func claimRun(s *events.RunState, exists bool, o owner, digest string, timeout time.Duration, now time.Time) error {
 	if s.Schema > stateSchema {
 		return fmt.Errorf("%w (schema %d, this worker knows %d)", errNewerSchema, s.Schema, stateSchema)
 	}
@@ -83,9 +85,16 @@ func claimRun(s *events.RunState, exists bool, o owner, digest string, now time.
 	s.Schema = stateSchema
 	s.Digest = digest
 	s.Status = events.StatusRunning
+	if s.Cancel != nil {
+		s.Status = events.StatusCancelling
+	}
 	s.Owner, s.Attempt = o.worker, o.attempt
 	if s.StartedAt == nil {
 		s.StartedAt = &now
+	}
+	if timeout > 0 && s.Deadline == nil {
+		d := s.StartedAt.Add(timeout)
+		s.Deadline = &d
 	}
 	return nil
 }
@@ -149,7 +158,8 @@ func knowResponse(s *events.RunState, o owner, id string) error {
 	return nil
 }
 
-// recordCancel keeps a cancel on record; the first one stays.
+// recordCancel keeps a cancel on record; the first one stays. A run that
+// a worker has taken is cancelling from then on, until it ends.
 func recordCancel(s *events.RunState, exists bool, rec events.CancelRecord) error {
 	switch {
 	case !exists:
@@ -160,6 +170,40 @@ func recordCancel(s *events.RunState, exists bool, rec events.CancelRecord) erro
 		return errSkipUpdate
 	}
 	s.Cancel = &rec
+	if s.Status == events.StatusRunning {
+		s.Status = events.StatusCancelling
+	}
+	return nil
+}
+
+// cancelFailing records the first error Foundry's cancel answered while
+// the owner keeps trying, so that the record shows why the run is still
+// cancelling.
+func cancelFailing(s *events.RunState, o owner, upstreamErr string) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	case s.Cancel == nil || s.Cancel.UpstreamError != "":
+		return errSkipUpdate
+	}
+	s.Cancel.UpstreamError = upstreamErr
+	return nil
+}
+
+// markStalled records when the response's stream went silent (at is
+// non-nil) or that it speaks again (nil).
+func markStalled(s *events.RunState, o owner, at *time.Time) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	case (s.StalledAt == nil) == (at == nil):
+		return errSkipUpdate
+	}
+	s.StalledAt = at
 	return nil
 }
 
@@ -254,6 +298,7 @@ func markEnd(s *events.RunState, end events.RunEvent, upstreamStatus string, now
 		s.UpstreamStatus = upstreamStatus
 	}
 	s.FinishedAt = &now
+	s.StalledAt = nil
 }
 
 func statusOf(t events.EventType) events.RunStatus {

@@ -83,7 +83,7 @@ func TestClaimRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := tt.state
-			err := claimRun(&s, tt.exists, me, tt.digest, later)
+			err := claimRun(&s, tt.exists, me, tt.digest, 0, later)
 			if !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
 				t.Fatalf("err = %v, want %v", err, tt.err)
 			}

@@ -297,6 +297,11 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 			*last = seq
 		}
 		st := translate(ev)
+		if st.status != "" {
+			r.watchQueued(st.status)
+		} else if st.emit != nil {
+			r.watchQueued(foundry.StatusInProgress) // output: it runs
+		}
 		if st.responseID != "" && r.currentResponseID() == "" {
 			if out, ok := r.saveResponseID(st.responseID, seq, st.foreground); !ok {
 				return out, true
@@ -321,6 +326,22 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 		err = errors.New("stream ended without a terminal event")
 	}
 	return outcome{err: err, upstreamSeq: -1}, false
+}
+
+// watchQueued bounds the time Foundry keeps the response queued: the
+// reader is stopped with errUpstreamQueued once it has been queued for
+// Config.QueuedTimeout since this reader first saw it so; any other status
+// (or output) ends the watch.
+func (r *run) watchQueued(status string) {
+	switch {
+	case status == foundry.StatusQueued && r.queued == nil:
+		limit := r.w.cfg.QueuedTimeout
+		r.queued = time.AfterFunc(limit, func() {
+			r.upStop(fmt.Errorf("%w for %s (--queued-timeout)", errUpstreamQueued, limit))
+		})
+	case status != foundry.StatusQueued && r.queued != nil:
+		r.queued.Stop()
+	}
 }
 
 // endOutcome is the outcome of a response that ended (endOf).
@@ -353,6 +374,7 @@ func (r *run) cannotResume(ctx context.Context, id string, err error) outcome {
 func (r *run) poll(ctx context.Context, id string, limit time.Duration) outcome {
 	b := retry.Backoff(500*time.Millisecond, 5*time.Second)
 	failures := 0
+	var queuedSince time.Time
 	var deadline time.Time
 	if limit > 0 {
 		deadline = time.Now().Add(limit)
@@ -362,6 +384,12 @@ func (r *run) poll(ctx context.Context, id string, limit time.Duration) outcome 
 		switch {
 		case err == nil && resp.Terminal():
 			return r.publishRest(ctx, resp)
+		case err == nil && resp.Status == foundry.StatusQueued:
+			if queuedSince.IsZero() {
+				queuedSince = time.Now()
+			} else if time.Since(queuedSince) > r.w.cfg.QueuedTimeout {
+				return outcome{err: fmt.Errorf("%w for %s (--queued-timeout)", errUpstreamQueued, r.w.cfg.QueuedTimeout), op: "get", upstreamSeq: -1}
+			}
 		case err != nil && ctx.Err() != nil:
 			return outcome{err: context.Cause(ctx), upstreamSeq: -1}
 		case err != nil && r.notYetVisible(err):

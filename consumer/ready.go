@@ -61,7 +61,8 @@ func (w *Worker) pullStaleAfter() time.Duration { return 5*w.cfg.PollWait + 5*ti
 // Ready reports whether the worker can take and run jobs: nil while its
 // NATS connections are up, the streams, consumer and bucket exist (checked
 // at most once per Config.ReadyCheckInterval, with six JetStream API calls)
-// and the pull loop is alive; otherwise an error wrapping ErrNotReady whose
+// the pull loop is alive and JetStream has not refused a write for want of
+// space in the last few seconds; otherwise an error wrapping ErrNotReady whose
 // message is a one-line reason. It is what /readyz answers. Safe for
 // concurrent use; ctx bounds a resource check.
 func (w *Worker) Ready(ctx context.Context) error {
@@ -73,6 +74,9 @@ func (w *Worker) Ready(ctx context.Context) error {
 	}
 	if pc := w.pubConn.Load(); pc != nil && !pc.IsConnected() {
 		return fmt.Errorf("%w: nats (event publishing connection): %s", ErrNotReady, pc.Status())
+	}
+	if err := w.store.refusing(time.Now()); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	return w.resourcesReady(ctx)
 }

@@ -63,6 +63,13 @@ type relay struct {
 	// activity, when set, receives the time (unix nanos) of each event
 	// stored, for the stuck-runs gauge.
 	activity *atomic.Int64
+	// store is told of each publish's result. When JetStream has refused
+	// the head event for want of space for storeFullAfter, onStoreFull is
+	// called once (the relay keeps retrying: the events are stored once
+	// space is freed).
+	store          *storeWatch
+	storeFullAfter time.Duration
+	onStoreFull    func()
 
 	mu       sync.Mutex
 	pending  []pendingEvent
@@ -92,18 +99,20 @@ type pendingEvent struct {
 
 func (w *Worker) newRelay(runID string, last position, interval time.Duration, log zerolog.Logger) *relay {
 	return &relay{
-		interval:  interval,
-		js:        w.pub,
-		stream:    w.res.Events,
-		names:     w.names,
-		runID:     runID,
-		subject:   w.names.EventSubject(runID),
-		metrics:   w.m,
-		log:       log,
-		onMissing: w.resourcesMissing,
-		maxText:   w.maxText,
-		wake:      make(chan struct{}, 1),
-		last:      last,
+		interval:       interval,
+		js:             w.pub,
+		stream:         w.res.Events,
+		names:          w.names,
+		runID:          runID,
+		subject:        w.names.EventSubject(runID),
+		metrics:        w.m,
+		log:            log,
+		onMissing:      w.resourcesMissing,
+		maxText:        w.maxText,
+		store:          &w.store,
+		storeFullAfter: w.cfg.StoreFullTimeout,
+		wake:           make(chan struct{}, 1),
+		last:           last,
 	}
 }
 
@@ -344,11 +353,21 @@ func (r *relay) publish(ctx context.Context, pe pendingEvent, expect uint64) (ui
 	lost := func() (uint64, error) {
 		return 0, fmt.Errorf("%w: run %s: another writer stored an event on %s", ErrLostOwnership, r.runID, r.subject)
 	}
+	var refusedSince time.Time // JetStream refuses this event, its store full, since
 	for retries := 0; ; retries++ {
 		start := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ack, err := r.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(expect))
 		cancel()
+		if r.store != nil && r.store.observe("event", err) {
+			if refusedSince.IsZero() {
+				refusedSince = start
+			}
+			if r.onStoreFull != nil && time.Since(refusedSince) >= r.storeFullAfter {
+				r.onStoreFull()
+				r.onStoreFull = nil // once
+			}
+		}
 		if err == nil && ack.Duplicate {
 			// The dedupe window holds an event with this id: an earlier
 			// attempt of ours, or the same seq from another writer.

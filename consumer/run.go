@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,11 @@ type run struct {
 	// own (read, create, relayStream).
 	createAt  time.Time
 	firstText bool
+	// upStop stops the reader with a cause (errUpstreamQueued); set by
+	// drive before the reader starts. queued times a response that Foundry
+	// keeps queued; the reader's own.
+	upStop context.CancelCauseFunc
+	queued *time.Timer
 
 	// ctx ends when something asks the run to stop; its cause says what
 	// (ErrCancelRequested, ErrRunTimeout, ErrAbandoned, ErrShutdown,
@@ -51,6 +57,7 @@ type run struct {
 
 	rel       *relay
 	relayDone chan struct{} // closed when the relay's goroutine returns
+	lostOnce  sync.Once     // counts the loss of ownership once (countLost)
 
 	mu         sync.Mutex
 	state      events.RunState   // the record as this run last wrote or read it
@@ -170,7 +177,7 @@ func (r *run) execute() {
 		digest = req.Digest()
 	}
 
-	st, err := r.claim(digest)
+	st, err := r.claim(digest, w.runTimeout(req))
 	switch {
 	case errors.Is(err, errFinished):
 		r.logger().Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
@@ -212,7 +219,7 @@ func (r *run) execute() {
 	if cancel := r.pendingCancel(st); cancel != nil {
 		if st.ResponseID == "" && st.CreateStartedAt == nil {
 			r.logger().Info().Str("reason", cancel.Reason).Msg("cancel recorded before the run started; Foundry is not called")
-			r.finishCancelled(cancel.Reason, nil, reachNone)
+			r.finishCancelled(cancel.Reason, stopped{how: reachNone})
 			return
 		}
 		r.stop(causeOf(cancel.Reason))
@@ -230,6 +237,7 @@ func (r *run) execute() {
 func (r *run) startRelay(pos position) {
 	r.rel = r.w.newRelay(r.id, pos, r.w.cfg.EventInterval, *r.logger())
 	r.rel.activity = &r.activity
+	r.rel.onStoreFull = func() { r.stop(errStoreFull) }
 	r.relayDone = make(chan struct{})
 	go func() {
 		defer close(r.relayDone)
@@ -255,9 +263,21 @@ func (r *run) stopRelay() {
 // started only when it happens, while the reader goes on. A run streaming
 // undisturbed holds one goroutine here, not two.
 func (r *run) drive(req events.RunRequest, pos position) {
-	upCtx, upStop := context.WithCancel(r.hard)
+	upCtx, upStopCause := context.WithCancelCause(r.hard)
+	upStop := func() { upStopCause(nil) }
 	defer upStop()
+	r.upStop = upStopCause
 	readerDone := make(chan outcome, 1)
+	if r.ctx.Err() != nil {
+		// Stopped before it reached Foundry this time (a cancel on record
+		// for a response a previous owner started): nothing to read.
+		if id := r.lastState().ResponseID; id != "" {
+			r.setResponseID(id, time.Now())
+		}
+		readerDone <- outcome{noResponse: r.currentResponseID() == "", upstreamSeq: -1}
+		r.interrupt(readerDone, upStop)
+		return
+	}
 	interrupted := make(chan struct{})
 	stopWatch := context.AfterFunc(r.ctx, func() {
 		defer close(interrupted)
@@ -269,6 +289,9 @@ func (r *run) drive(req events.RunRequest, pos position) {
 		}
 	})
 	out := r.read(upCtx, req, pos)
+	if r.queued != nil {
+		r.queued.Stop()
+	}
 	if stopWatch() {
 		r.conclude(out)
 		return
@@ -290,6 +313,11 @@ func (r *run) interrupt(readerDone <-chan outcome, upStop context.CancelFunc) {
 		upStop()
 		<-readerDone
 		r.failAttempt(cause, "publish", false)
+	case errors.Is(cause, errStoreFull):
+		upStop()
+		<-readerDone
+		r.failStopped(events.CodeStoreFull, fmt.Sprintf("JetStream refused the run's events, its store full, for %s: "+
+			"the response was cancelled upstream so that no output nobody can receive is billed", r.w.cfg.StoreFullTimeout))
 	default:
 		r.cancel(reasonOf(cause), readerDone, upStop)
 	}
@@ -301,14 +329,22 @@ func (r *run) conclude(out outcome) {
 	case out.terminal != nil:
 		r.finish(*out.terminal, out.upstreamSeq, out.upstreamStatus)
 	case out.cancelledUpstream != nil:
-		r.logger().Warn().Msg("Foundry reports the response cancelled, not by this run's cancel subject")
-		r.finishCancelled(events.ReasonRequested, out.cancelledUpstream, reachConfirmed)
+		reason, ok := r.cancelReason()
+		if !ok {
+			reason = events.ReasonRequested
+			r.logger().Warn().Msg("Foundry reports the response cancelled, not by this run's cancel subject")
+		}
+		r.finishCancelled(reason, stopped{how: reachFinal, resp: out.cancelledUpstream})
 	case out.lostOwnership:
 		r.lostOwnership(out)
 	case out.lost:
 		r.endLost(out.err)
 	case out.invalid:
 		r.failInvalid(out.err)
+	case errors.Is(out.err, errUpstreamStalled):
+		r.failStopped(events.CodeUpstreamStalled, out.err.Error())
+	case errors.Is(out.err, errUpstreamQueued):
+		r.failStopped(events.CodeUpstreamQueued, out.err.Error())
 	default:
 		r.failUpstream(out)
 	}

@@ -32,9 +32,10 @@ const maxCASAttempts = 32
 // compare-and-set, so that concurrent writers (workers, cancel helpers)
 // never overwrite each other's changes. Safe for concurrent use.
 type stateStore struct {
-	kv  jetstream.KeyValue
-	nc  *nats.Conn // reads go to the bucket's stream leader (events.ReadState)
-	now func() time.Time
+	kv    jetstream.KeyValue
+	nc    *nats.Conn // reads go to the bucket's stream leader (events.ReadState)
+	now   func() time.Time
+	store *storeWatch // told of each write's result; nil: nobody listens
 }
 
 // newStateStore wraps the state bucket (Resources.State, or
@@ -134,6 +135,9 @@ func (s *stateStore) update(ctx context.Context, runID string, create bool, fn f
 			_, err = s.kv.Update(ctx, runID, data, rev)
 		} else {
 			_, err = s.kv.Create(ctx, runID, data)
+		}
+		if s.store != nil && !isCASConflict(err) {
+			s.store.observe("state", err)
 		}
 		switch {
 		case err == nil:

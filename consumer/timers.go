@@ -10,6 +10,15 @@ import (
 	"github.com/foundryq/foundryq/events"
 )
 
+// runTimeout is the deadline of req's run after its first start: its
+// timeout_seconds, else the worker's default; 0 if none.
+func (w *Worker) runTimeout(req events.RunRequest) time.Duration {
+	if req.TimeoutSeconds > 0 {
+		return time.Duration(req.TimeoutSeconds) * time.Second
+	}
+	return max(w.cfg.DefaultTimeout, 0)
+}
+
 // runTimers are the deadline and the watcher-heartbeat check of a run.
 type runTimers struct {
 	deadline *time.Timer
@@ -29,24 +38,18 @@ func (t runTimers) stop() {
 	}
 }
 
-// armTimers starts the run deadline (counted from the run's first start, so
-// a new owner does not extend it) and, with cancel_on_disconnect_seconds,
+// armTimers starts the run deadline (the one its record names, counted
+// from the run's first start, so that a new owner does not extend it) and, with cancel_on_disconnect_seconds,
 // the watcher-heartbeat check: no heartbeat for that long ends the run as
 // abandoned. The heartbeat clock pauses while this worker is disconnected
 // from NATS (it could not hear heartbeats then) and starts afresh when it
 // reconnects.
 func (r *run) armTimers(req events.RunRequest) runTimers {
 	var t runTimers
-	timeout := r.w.cfg.DefaultTimeout
-	if req.TimeoutSeconds > 0 {
-		timeout = time.Duration(req.TimeoutSeconds) * time.Second
-	}
-	if timeout > 0 {
-		start := time.Now()
-		if st := r.lastState(); st.StartedAt != nil {
-			start = *st.StartedAt
-		}
-		t.deadline = time.AfterFunc(time.Until(start.Add(timeout)), func() { r.stop(ErrRunTimeout) })
+	if d := r.lastState().Deadline; d != nil {
+		t.deadline = time.AfterFunc(time.Until(*d), func() { r.stop(ErrRunTimeout) })
+	} else if timeout := r.w.runTimeout(req); timeout > 0 {
+		t.deadline = time.AfterFunc(timeout, func() { r.stop(ErrRunTimeout) })
 	}
 	if req.CancelOnDisconnectSeconds > 0 {
 		d := time.Duration(req.CancelOnDisconnectSeconds) * time.Second
@@ -89,8 +92,10 @@ type connWatch struct {
 	upSince   time.Time // when the connection last came up
 }
 
-// watchConn follows nc's status until stop is closed.
-func watchConn(nc *nats.Conn, stop <-chan struct{}) *connWatch {
+// watchConn follows nc's status until stop is closed; onReconnect is called
+// (on the watch's goroutine: it must not block) each time the connection
+// comes back up.
+func watchConn(nc *nats.Conn, stop <-chan struct{}, onReconnect func()) *connWatch {
 	c := &connWatch{connected: nc.IsConnected(), upSince: time.Now()}
 	ch := nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
 	go func() {
@@ -102,11 +107,15 @@ func watchConn(nc *nats.Conn, stop <-chan struct{}) *connWatch {
 			case st := <-ch:
 				c.mu.Lock()
 				up := st == nats.CONNECTED
-				if up && !c.connected {
+				back := up && !c.connected
+				if back {
 					c.upSince = time.Now()
 				}
 				c.connected = up
 				c.mu.Unlock()
+				if back && onReconnect != nil {
+					onReconnect()
+				}
 			}
 		}
 	}()

@@ -12,6 +12,7 @@ import (
 type step struct {
 	emit       *events.RunEvent  // a run event to relay (text, tool)
 	responseID string            // a lifecycle event named the response
+	status     string            // ... and its status (queued, in_progress)
 	foreground bool              // ... and said it does not run in the background
 	end        *foundry.Response // the response ended: its final snapshot
 	// streamErr reports an error event: this stream stops, but the event
@@ -28,7 +29,7 @@ func translate(ev *foundry.Event) step {
 		if ev.Response == nil || ev.Response.ID == "" {
 			return step{}
 		}
-		st := step{responseID: ev.Response.ID, foreground: ev.Response.BackgroundKnown && !ev.Response.Background}
+		st := step{responseID: ev.Response.ID, status: ev.Response.Status, foreground: ev.Response.BackgroundKnown && !ev.Response.Background}
 		if ev.Response.Status == foundry.StatusCancelled {
 			st.end = ev.Response
 		}

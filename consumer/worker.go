@@ -57,12 +57,20 @@ type Worker struct {
 	maxText int // text bytes per event (eventTextLimit)
 	limiter *createLimiter
 	ready   readiness
+	store   storeWatch                // whether JetStream refuses writes, its store full
 	pubConn atomic.Pointer[nats.Conn] // the event publishing connection, once Run opened it
 
 	// reprovisioning recreates streams, consumer or bucket deleted under
 	// a running worker; at most one at a time.
 	reprovisioning atomic.Bool
 	lastProvision  atomic.Int64 // unix nanos of the last (re)provisioning
+
+	// cancelling holds the run ids whose response this worker is cancelling
+	// upstream for an owner that did not answer: one call per run at a time.
+	cancelling runSet
+	// deadlines are those of the unfinished runs whose records this worker
+	// has seen written (deadlines.go).
+	deadlines deadlines
 
 	mu               sync.Mutex
 	runs             map[string]*run // runs this worker owns, by run id
@@ -110,6 +118,7 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 		stopping: make(chan struct{}),
 	}
 	w.m = newMetrics(cfg.Registerer, func() float64 { return float64(w.stuckRuns(time.Now())) })
+	w.store.m = w.m
 	w.up = observed{up: up, m: w.m, tracer: w.tracer}
 	return w, nil
 }
@@ -117,14 +126,8 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 // stuckRuns counts the runs this worker owns that have stored no event
 // (or, before their first, were taken) more than StuckAfter before now.
 func (w *Worker) stuckRuns(now time.Time) int {
-	w.mu.Lock()
-	runs := make([]*run, 0, len(w.runs))
-	for _, r := range w.runs {
-		runs = append(runs, r)
-	}
-	w.mu.Unlock()
 	n := 0
-	for _, r := range runs {
+	for _, r := range w.ownedRuns() {
 		if now.Sub(r.lastActivity()) > w.cfg.StuckAfter {
 			n++
 		}
@@ -153,6 +156,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.res = res
 	w.states = newStateStore(res.State, w.nc)
+	w.states.store = &w.store
 	pubConn := w.cfg.PublishConn
 	if pubConn == nil {
 		if pubConn, err = w.nc.Opts.Connect(); err != nil {
@@ -168,7 +172,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.ackWait = res.Consumer.CachedInfo().Config.AckWait
 
 	connStop := make(chan struct{})
-	w.conn = watchConn(w.nc, connStop)
+	w.conn = watchConn(w.nc, connStop, func() { w.background(w.recheckCancels) })
 	defer close(connStop)
 
 	stopCancels, err := w.subscribeCancels(ctx)
@@ -176,6 +180,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopCancels()
+	stopDeadlines, err := w.watchDeadlines()
+	if err != nil {
+		return fmt.Errorf("consumer: follow the run state records: %w", err)
+	}
+	defer stopDeadlines()
 
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
 	var leaseWG sync.WaitGroup
@@ -233,17 +242,7 @@ func (w *Worker) resourcesMissing() {
 	if time.Since(time.Unix(0, w.lastProvision.Load())) < time.Second || !w.reprovisioning.CompareAndSwap(false, true) {
 		return
 	}
-	// Under mu, as shutdown closes stopping: no Add once bgWG.Wait may run.
-	w.mu.Lock()
-	if w.isStopping() {
-		w.mu.Unlock()
-		w.reprovisioning.Store(false)
-		return
-	}
-	w.bgWG.Add(1)
-	w.mu.Unlock()
-	go func() {
-		defer w.bgWG.Done()
+	if !w.background(func() {
 		defer w.reprovisioning.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -254,7 +253,26 @@ func (w *Worker) resourcesMissing() {
 		w.lastProvision.Store(time.Now().UnixNano())
 		w.ready.invalidate()
 		w.log.Warn().Msg("recreated missing streams, consumer or bucket")
+	}) {
+		w.reprovisioning.Store(false)
+	}
+}
+
+// background runs f on a goroutine that Run waits for, unless shutdown
+// has started (then it reports false and f does not run).
+func (w *Worker) background(f func()) bool {
+	// Under mu, as shutdown closes stopping: no Add once bgWG.Wait may run.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.isStopping() {
+		return false
+	}
+	w.bgWG.Add(1)
+	go func() {
+		defer w.bgWG.Done()
+		f()
 	}()
+	return true
 }
 
 // pull fetches jobs while there are free slots, until ctx ends or the NATS
@@ -373,13 +391,7 @@ func (w *Worker) keepLeases(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		w.mu.Lock()
-		runs := make([]*run, 0, len(w.runs))
-		for _, r := range w.runs {
-			runs = append(runs, r)
-		}
-		w.mu.Unlock()
-		for _, r := range runs {
+		for _, r := range w.ownedRuns() {
 			if err := r.msg.InProgress(); err != nil {
 				r.logger().Debug().Err(err).Msg("extend job lease")
 			}
@@ -440,4 +452,43 @@ func (w *Worker) owned(runID string) *run {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.runs[runID]
+}
+
+// ownedRuns returns the runs this worker owns now.
+func (w *Worker) ownedRuns() []*run {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	runs := make([]*run, 0, len(w.runs))
+	for _, r := range w.runs {
+		runs = append(runs, r)
+	}
+	return runs
+}
+
+// runSet is a set of run ids, safe for concurrent use: work on a run that
+// must not run twice at once.
+type runSet struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+// start adds id and reports whether it was not there yet.
+func (s *runSet) start(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.ids[id]; ok {
+		return false
+	}
+	if s.ids == nil {
+		s.ids = make(map[string]struct{})
+	}
+	s.ids[id] = struct{}{}
+	return true
+}
+
+// done removes id.
+func (s *runSet) done(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.ids, id)
 }

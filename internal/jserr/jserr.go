@@ -4,6 +4,7 @@ package jserr
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,10 +23,41 @@ func WrongLastSequence(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// SubjectFull reports a publish refused with MaxMsgsPerSubject.
+// SubjectFull reports a publish refused with MaxMsgsPerSubject. The same
+// error code (JSStreamStoreFailedF) also reports other store refusals, such
+// as a stream's max_bytes reached: the server's description tells them
+// apart.
 func SubjectFull(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == MaxMsgsPerSubject
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == MaxMsgsPerSubject &&
+		strings.Contains(apiErr.Description, "per subject")
+}
+
+// Error codes of writes JetStream refuses for want of space.
+const (
+	// InsufficientResources: the server's (or the account's) JetStream
+	// storage is used up (max_file_store / max_mem_store reached).
+	InsufficientResources jetstream.ErrorCode = 10023
+	// StorageResourcesExceeded: the account's JetStream storage limit.
+	StorageResourcesExceeded jetstream.ErrorCode = 10047
+)
+
+// StoreFull reports a write JetStream refused because there is no room:
+// the server's or the account's storage is used up, or a stream with
+// discard-new reached its max_bytes. The write may succeed once space is
+// freed; until then every write to the same store fails the same way.
+func StoreFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case InsufficientResources, StorageResourcesExceeded:
+		return true
+	case MaxMsgsPerSubject:
+		return strings.Contains(apiErr.Description, "maximum bytes")
+	}
+	return false
 }
 
 // MissingResource reports an error that says a stream, consumer or bucket

@@ -12,7 +12,7 @@ import (
 func TestClassification(t *testing.T) {
 	wrong := &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
 	wrongR3 := &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}
-	full := &jetstream.APIError{ErrorCode: MaxMsgsPerSubject}
+	full := &jetstream.APIError{ErrorCode: MaxMsgsPerSubject, Description: "maximum messages per subject exceeded"}
 	for _, tt := range []struct {
 		err                  error
 		wrong, subject, gone bool
@@ -23,6 +23,7 @@ func TestClassification(t *testing.T) {
 		{fmt.Errorf("x: %w", jetstream.ErrStreamNotFound), false, false, true},
 		{nats.ErrNoResponders, false, false, true},
 		{nats.ErrTimeout, false, false, false},
+		{&jetstream.APIError{ErrorCode: MaxMsgsPerSubject, Description: "maximum bytes exceeded"}, false, false, false},
 	} {
 		if WrongLastSequence(tt.err) != tt.wrong || SubjectFull(tt.err) != tt.subject || MissingResource(tt.err) != tt.gone {
 			t.Errorf("%v: wrong=%v full=%v gone=%v", tt.err, WrongLastSequence(tt.err), SubjectFull(tt.err), MissingResource(tt.err))
