@@ -214,8 +214,9 @@ func (r *run) stopResponse(ctx context.Context, id string) stopped {
 	r.w.m.cancelsPending.Inc()
 	defer r.w.m.cancelsPending.Dec()
 	deadline := r.cancelStarted().Add(r.w.cfg.CancelConfirmTimeout)
-	if first := time.Now().Add(cancelCallTimeout); deadline.Before(first) {
-		deadline = first // one call at least, e.g. for a run handed over late
+	if now := time.Now(); !deadline.After(now) {
+		// One call at least, e.g. for a run handed over past its bound.
+		deadline = now.Add(min(cancelCallTimeout, r.w.cfg.CancelConfirmTimeout))
 	}
 	b := retry.Backoff(200*time.Millisecond, 15*time.Second)
 	accepted := false // Foundry took a cancel; the response is not final yet
@@ -232,6 +233,8 @@ func (r *run) stopResponse(ctx context.Context, id string) stopped {
 				// Not visible yet right after a streamed create: try again.
 			case isNotFound(err):
 				return stopped{how: reachGone, err: err}
+			case !time.Now().Before(deadline) && lastErr != nil:
+				// Cut short by the bound itself: the error before it says more.
 			default:
 				lastErr = err
 				r.w.m.upstreamErrors.WithLabelValues("cancel").Inc()

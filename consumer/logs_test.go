@@ -26,6 +26,13 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// String returns everything written so far.
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // lines returns the lines that mention runID anywhere, decoded.
 func (b *logBuffer) lines(t *testing.T, runID string) []map[string]any {
 	t.Helper()

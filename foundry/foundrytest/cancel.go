@@ -25,10 +25,24 @@ import "net/http"
 // generation goes on and the response ends "completed", as Azure has been
 // seen to do. With emu_get_404_ms the response answers 404 for that long
 // after it was created.
+//
+// Faults come first, whatever the response's state: within an
+// emu_cancel_fail_ms window (or FailCancels) the call answers 500
+// server_error, within an emu_cancel_hang_ms window (or HangCancels) it
+// hangs until the window ends or the client gives up, then answers 504
+// GatewayTimeout; either cancels nothing (see faults.go).
 func (h *Handler) handleCancel(w http.ResponseWriter, req *http.Request) {
 	h.stats.cancels.Add(1)
 	id := req.PathValue("id")
 	r := h.lookup(id)
+	if r != nil {
+		r.cancelCallStarted()
+		defer r.cancelCallEnded()
+	}
+	if aerr := h.cancelFault(req.Context(), r); aerr != nil {
+		aerr.write(w)
+		return
+	}
 	if r == nil || r.notYetVisible() {
 		notFound(id).write(w)
 		return

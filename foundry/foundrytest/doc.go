@@ -20,6 +20,10 @@
 //	DELETE /openai/v1/responses/{id}              forget a response (stops its generation)
 //	GET    /_emulator/stats                       Stats as JSON (no key needed)
 //	POST   /_emulator/throttle?for=D&retry_after=R answer every create 429 for D (GET: state, DELETE: end; no key)
+//	POST   /_emulator/faults?cancel_fail_for=D&cancel_hang_for=D
+//	                                              every cancel call answers 500, or hangs then answers 504, for D
+//	                                              (both optional, at most 1h; GET: the open windows with left_ms,
+//	                                              DELETE: close both; no key)
 //
 // The /openai/v1 routes are also served under the Foundry project form
 // /api/projects/{project}/openai/v1 (Server.ProjectBaseURL). Other paths
@@ -109,6 +113,14 @@
 //     outcome from the cancel reply or GET. If the cancel arrives before
 //     response.created went out (emu_created_ms), response.created is still
 //     sent, after the keepalives, already carrying status "cancelled".
+//   - Cancel faults: within an emu_cancel_fail_ms window, or a FailCancels
+//     one (POST /_emulator/faults?cancel_fail_for=D), a cancel call
+//     answers 500 server_error; within an emu_cancel_hang_ms window, or a
+//     HangCancels one (?cancel_hang_for=D), it hangs until the window ends
+//     or its client gives up, then answers 504 GatewayTimeout (a gateway
+//     timing out: the call never reached the service). Neither cancels
+//     anything. The process-wide windows apply to every cancel call,
+//     unknown ids included; Close answers hanging calls at once.
 //   - Throttle (or POST /_emulator/throttle) answers every create with 429
 //     rate_limit_exceeded, Retry-After (whole seconds) and Retry-After-Ms,
 //     and creates nothing, until it ends.
@@ -131,7 +143,10 @@
 //	| emu_tool_ms | one tool call lasting this many ms before the text, to the first mcp or function tool of the request (server_label from it, name from its allowed_tools, else "emulator_tool"; with no such tool: label "emulator"); a function tool or an MCP tool needing approval ends the response with a function_call or mcp_approval_request item instead | no tool call |
 //	| emu_tool_fail | 1: the tool call fails (response.mcp_call.failed, item status failed with an error object); the text follows | 0 |
 //	| emu_created_ms | pause before response.created; the 200 and the headers go out at once, keepalive events follow every emu_keepalive_ms; the response already exists server-side and can be cancelled by id | 0 |
-//	| emu_keepalive_ms | interval of the keepalive events during emu_created_ms (at most 1000 per response) | Config.KeepaliveInterval (30s) |
+//	| emu_keepalive_ms | interval of the keepalive events during emu_created_ms and emu_queued_ms (at most 1000 per response) | Config.KeepaliveInterval (30s) |
+//	| emu_queued_ms | a background response stays queued this long after response.queued (up to 3600000, an hour: "stuck"): keepalive events every emu_keepalive_ms and no text, GET says queued, a cancel ends it (cancelled); then response.in_progress and the rest; ignored on a foreground response, which is never queued | 0 |
+//	| emu_silent_after | after this many text tokens every stream of the response, the create's and any resumed one, goes silent: no frame at all (no keepalive either), connections kept open; the generation pauses (GET: in_progress, the text so far) until the response ends otherwise (cancel: cancelled, streams end cleanly; DELETE; Close) or emu_silent_ms ends; a value not below the number of tokens never applies | never |
+//	| emu_silent_ms | with emu_silent_after: the silence lasts this long, then the generation resumes and the open streams carry on | until the response ends otherwise |
 //	| emu_fail_after | after this many events, emit response.failed (error code emu_fail_code) and stop | never |
 //	| emu_fail_code | the error code of emu_fail_after and emu_error_fail: server_error, rate_limit_exceeded, invalid_prompt, vector_store_timeout, bio_policy, invalid_image | server_error |
 //	| emu_error_after | end the create stream with an "error" event (code server_error, numbered like the next event, not in the log) after this many events; the response goes on and can be fetched or resumed | never |
@@ -141,6 +156,8 @@
 //	| emu_drop_after | cut the create stream's connection after this many events (no final chunk: the client sees an unexpected EOF); a background response goes on and can be resumed, a foreground one ends at its next write | never |
 //	| emu_create_status | answer the create with this HTTP status (400-599) and a real error body; 429 adds "Retry-After: 1" and "Retry-After-Ms: 1000"; no response is created | normal create |
 //	| emu_create_status_times | with emu_create_status: only the first N creates of the run id (metadata.run_id) get that status, later ones are served: a transient 429 or 5xx that a retry clears (the OpenAI SDKs retry 429 and 5xx for this reason) | every create |
+//	| emu_cancel_fail_ms | from the first cancel call received for the response, for this long, every cancel call answers 500 server_error (the service's error body) and cancels nothing: the generation goes on | 0 |
+//	| emu_cancel_hang_ms | from the first cancel call received for the response, for this long, cancel calls hang with no answer until the window ends or the client gives up, then answer 504 (code GatewayTimeout, the gateway's message) and cancel nothing; with emu_cancel_fail_ms too, a hang wins | 0 |
 //	| emu_complete_despite_cancel | 1: cancel answers "cancelled" but the generation goes on and the response ends "completed" (seen on Azure) | 0 |
 //
 // Invalid values get 400 naming the key. Generated text is deterministic:
@@ -159,5 +176,9 @@
 // streams open now and every response's status. "After a disconnect" means
 // while the response had no connected stream after one went away before the
 // end (or, for a foreground response, the work done until the failing
-// write). Record gives the same per response.
+// write). Record gives the same per response, with its cancel calls:
+// cancel_calls (received), cancel_calls_max_in_flight (the most served at
+// once: 1 when a client coalesces its cancels), cancel_calls_faulted,
+// first_cancel_call_at and cancelled_at (the first call that actually
+// cancelled it).
 package foundrytest

@@ -9,9 +9,10 @@ import (
 // started by the create handler and owned by the Handler, which waits for it
 // in Close. It is the only writer of the response's event log.
 type generator struct {
-	r     *response
-	h     *Handler
-	timer *time.Timer
+	r          *response
+	h          *Handler
+	timer      *time.Timer
+	keepalives int // keepalive events emitted (at most maxKeepalives)
 }
 
 // run generates r to its end (or until it is stopped).
@@ -43,6 +44,13 @@ func (g *generator) generate() {
 		return
 	}
 	if r.req.background && !g.lifecycle(evQueued, "") {
+		return
+	}
+	if r.req.background && !g.keepaliveWait(r.sc.queuedDelay) {
+		// emu_queued_ms: the response stays queued, with keepalives and no
+		// text ("Background: true, stream: true Response can be stuck in
+		// queued after a near-instant client disconnect", OpenAI developer
+		// community: stuck for 10 minutes and more).
 		return
 	}
 	if !g.lifecycle(evInProgress, statusInProgress) {
@@ -97,25 +105,48 @@ const maxKeepalives = 1000
 // at once): under load the service sends {"type":"keepalive"} frames about
 // every 30 s before a response.created that comes minutes later
 // (BerriAI/litellm#39617; openai/openai-node#1964).
-func (g *generator) createdWait() bool {
+func (g *generator) createdWait() bool { return g.keepaliveWait(g.r.sc.createdDelay) }
+
+// keepaliveWait pauses for d, emitting a keepalive event every keepalive
+// interval (emu_keepalive_ms) that ends before d does; it reports whether
+// generation may go on. After maxKeepalives keepalives (for the whole
+// response) the rest of a wait is silent.
+func (g *generator) keepaliveWait(d time.Duration) bool {
 	r := g.r
-	left := r.sc.createdDelay
-	for sent := 0; left > 0; sent++ {
+	left := d
+	for left > 0 {
 		step := min(left, r.sc.keepalive)
-		if sent >= maxKeepalives {
+		if g.keepalives >= maxKeepalives {
 			step = left // bounded: the rest of the wait is silent
 		}
 		if !g.wait(step) {
 			return false
 		}
 		left -= step
-		if left > 0 && !g.emit(evKeepalive, func(r *response, seq int) any {
-			return keepaliveEvent{Type: evKeepalive, SequenceNumber: seq}
-		}) {
-			return false
+		if left > 0 {
+			g.keepalives++
+			if !g.emit(evKeepalive, func(r *response, seq int) any {
+				return keepaliveEvent{Type: evKeepalive, SequenceNumber: seq}
+			}) {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// silence is emu_silent_after: the generation pauses, emitting nothing (no
+// keepalive either), for emu_silent_ms or, without it, until the response
+// is stopped; every stream following it stays open and silent meanwhile
+// ("Background: true, stream: true Response can be stuck in queued after a
+// near-instant client disconnect", OpenAI developer community: a response
+// can also go silent). It reports whether generation may go on.
+func (g *generator) silence() bool {
+	if g.r.sc.silentFor != silentForever {
+		return g.wait(g.r.sc.silentFor)
+	}
+	<-g.r.stop
+	return false
 }
 
 // wait pauses for d, or less if the response is stopped; it reports whether
@@ -362,6 +393,9 @@ func (g *generator) message(index int) {
 		limit, final, terminal = r.req.maxOutput, statusIncomplete, evIncomplete
 	}
 	for i := 0; i < limit; i++ {
+		if i == r.sc.silentAfter && !g.silence() {
+			return
+		}
 		if !g.wait(r.sc.tokenDelay) || !g.token(i) {
 			return
 		}

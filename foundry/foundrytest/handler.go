@@ -27,6 +27,12 @@ type Handler struct {
 	lastSweep     time.Time
 	throttleUntil time.Time     // creates answer 429 until then (Throttle)
 	throttleRetry time.Duration // the wait they ask for
+	// Process-wide cancel faults (FailCancels, HangCancels): cancel calls
+	// answer 500, or hang then answer 504, until then.
+	cancelFailUntil time.Time
+	cancelHangUntil time.Time
+	hangWake        chan struct{} // closed when cancelHangUntil changes
+	closing         chan struct{} // closed by Close: hanging cancel calls end
 
 	genWG sync.WaitGroup // generation goroutines
 	reqWG sync.WaitGroup // ServeHTTP calls in flight
@@ -49,6 +55,7 @@ func NewHandler(cfg Config) *Handler {
 		cfg:       cfg.withDefaults(),
 		responses: make(map[string]*response),
 		runs:      make(map[string]*runInfo),
+		closing:   make(chan struct{}),
 	}
 	mux := http.NewServeMux()
 	// The same API under both endpoint forms: an Azure OpenAI resource and a
@@ -62,6 +69,7 @@ func NewHandler(cfg Config) *Handler {
 	mux.HandleFunc("GET /_emulator/stats", h.handleStats)
 	mux.HandleFunc("GET /_emulator/records", h.handleRecords)
 	mux.HandleFunc("/_emulator/throttle", h.handleThrottle)
+	mux.HandleFunc("/_emulator/faults", h.handleFaults)
 	mux.HandleFunc("/", h.handleUnknown)
 	h.mux = mux
 	return h
@@ -77,6 +85,7 @@ func NewHandler(cfg Config) *Handler {
 //	GET    /_emulator/stats                     (Stats as JSON; never needs the key)
 //	GET    /_emulator/records?run_prefix=P      (RecordsByPrefix as JSON; no key)
 //	POST   /_emulator/throttle?for=D&retry_after=R (see Throttle; GET, DELETE too; no key)
+//	POST   /_emulator/faults?cancel_fail_for=D&cancel_hang_for=D (see FailCancels, HangCancels; GET, DELETE too; no key)
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.mu.Lock()
 	if h.closed {
@@ -99,6 +108,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // wait on them). Server.Close does both. Close is idempotent.
 func (h *Handler) Close() {
 	h.mu.Lock()
+	if !h.closed {
+		close(h.closing)
+	}
 	h.closed = true
 	all := make([]*response, 0, len(h.responses))
 	for _, r := range h.responses {

@@ -68,6 +68,13 @@ type response struct {
 	tokensAfterCancel     int
 	tokensAfterDisconnect int
 
+	// Cancel calls received for this response (faults.go).
+	cancelCalls       int
+	cancelInFlight    int
+	cancelMaxInFlight int
+	cancelFaulted     int
+	firstCancelCall   time.Time
+
 	// With Config.RecordTimes: when each token was generated (Unix ns) and
 	// the length of the text once it is appended; the tool calls.
 	tokenTimes []int64
@@ -306,25 +313,29 @@ func (r *response) record() ResponseRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return ResponseRecord{
-		ID:                    r.id,
-		RunID:                 r.runID,
-		Status:                r.status,
-		Background:            r.req.background,
-		Stream:                r.req.stream,
-		Store:                 r.req.store,
-		CreatedAt:             r.createdAt,
-		FinishedAt:            r.finishedAt,
-		CancelledAt:           r.cancelledAt,
-		DisconnectedAt:        r.disconnectedAt,
-		Events:                r.events,
-		Tokens:                r.tokens,
-		TokensAfterCancel:     r.tokensAfterCancel,
-		TokensAfterDisconnect: r.tokensAfterDisconnect,
-		StreamsAttached:       r.attached,
-		Text:                  string(r.text),
-		TokenTimes:            append([]int64(nil), r.tokenTimes...),
-		TokenEnds:             append([]int(nil), r.tokenEnds...),
-		ToolCalls:             append([]ToolCallRecord(nil), r.toolCalls...),
+		ID:                     r.id,
+		RunID:                  r.runID,
+		Status:                 r.status,
+		Background:             r.req.background,
+		Stream:                 r.req.stream,
+		Store:                  r.req.store,
+		CreatedAt:              r.createdAt,
+		FinishedAt:             r.finishedAt,
+		CancelledAt:            r.cancelledAt,
+		DisconnectedAt:         r.disconnectedAt,
+		Events:                 r.events,
+		Tokens:                 r.tokens,
+		TokensAfterCancel:      r.tokensAfterCancel,
+		TokensAfterDisconnect:  r.tokensAfterDisconnect,
+		StreamsAttached:        r.attached,
+		CancelCalls:            r.cancelCalls,
+		CancelCallsMaxInFlight: r.cancelMaxInFlight,
+		CancelCallsFaulted:     r.cancelFaulted,
+		FirstCancelCallAt:      r.firstCancelCall,
+		Text:                   string(r.text),
+		TokenTimes:             append([]int64(nil), r.tokenTimes...),
+		TokenEnds:              append([]int(nil), r.tokenEnds...),
+		ToolCalls:              append([]ToolCallRecord(nil), r.toolCalls...),
 	}
 }
 

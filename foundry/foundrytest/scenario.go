@@ -61,6 +61,25 @@ const (
 	// KeyHostedAgent, set to 1 on an agent request, makes the agent a hosted
 	// agent (as does an agent name starting with HostedAgentPrefix).
 	KeyHostedAgent = "emu_hosted_agent"
+	// KeyQueuedMS keeps a background response queued for that many
+	// milliseconds after response.queued, with keepalive events meanwhile.
+	KeyQueuedMS = "emu_queued_ms"
+	// KeySilentAfter makes every stream of the response go silent (no frame,
+	// not even a keepalive) after that many text tokens, while GET shows it
+	// in_progress: the generation pauses until KeySilentMS ends or the
+	// response ends otherwise (cancel, delete, close).
+	KeySilentAfter = "emu_silent_after"
+	// KeySilentMS, with KeySilentAfter, ends the silence after that many
+	// milliseconds; the generation and its streams then go on.
+	KeySilentMS = "emu_silent_ms"
+	// KeyCancelFailMS makes cancel calls answer 500 server_error, cancelling
+	// nothing, for that many milliseconds from the first cancel call received
+	// for the response.
+	KeyCancelFailMS = "emu_cancel_fail_ms"
+	// KeyCancelHangMS makes cancel calls hang, then answer 504 and cancel
+	// nothing, for that many milliseconds from the first cancel call received
+	// for the response.
+	KeyCancelHangMS = "emu_cancel_hang_ms"
 )
 
 // HostedAgentPrefix marks agent names the emulator treats as Foundry hosted
@@ -103,7 +122,16 @@ type scenario struct {
 	errorAfter            int           // noLimit, or the number of events before the create stream's error event
 	failCode              string        // the code of a scripted failure
 	hosted                bool          // a hosted agent: background is ignored
+	queuedDelay           time.Duration // how long a background response stays queued after response.queued
+	silentAfter           int           // noLimit, or the number of text tokens after which the streams go silent
+	silentFor             time.Duration // silentForever, or how long the silence lasts
+	cancelFail            time.Duration // cancel calls answer 500 this long from the first one
+	cancelHang            time.Duration // cancel calls hang (then 504) this long from the first one
 }
+
+// silentForever is the silence of emu_silent_after without emu_silent_ms:
+// it lasts until the response ends otherwise.
+const silentForever = time.Duration(-1)
 
 // parseScenario reads the emu_* keys of md; defaults come from cfg.
 func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
@@ -115,6 +143,8 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 		dropAfter:         noLimit,
 		errorAfter:        noLimit,
 		createStatusTimes: noLimit,
+		silentAfter:       noLimit,
+		silentFor:         silentForever,
 		keepalive:         cfg.KeepaliveInterval,
 		failCode:          failedCode,
 	}
@@ -150,6 +180,11 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 	var errorFail bool
 	intKey(KeyErrorFail, 1, func(n int64) { errorFail = n == 1 })
 	intKey(KeyHostedAgent, 1, func(n int64) { sc.hosted = n == 1 })
+	intKey(KeyQueuedMS, maxMS, func(n int64) { sc.queuedDelay = ms(n) })
+	intKey(KeySilentAfter, int64(cfg.MaxTokens), func(n int64) { sc.silentAfter = int(n) })
+	intKey(KeySilentMS, maxMS, func(n int64) { sc.silentFor = ms(n) })
+	intKey(KeyCancelFailMS, maxMS, func(n int64) { sc.cancelFail = ms(n) })
+	intKey(KeyCancelHangMS, maxMS, func(n int64) { sc.cancelHang = ms(n) })
 	if aerr != nil {
 		return scenario{}, aerr
 	}
@@ -172,6 +207,10 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 		if sc.failAfter == noLimit || sc.failAfter > sc.errorAfter {
 			sc.failAfter = sc.errorAfter
 		}
+	}
+	if sc.silentFor != silentForever && sc.silentAfter == noLimit {
+		return scenario{}, invalidRequest("metadata."+KeySilentMS, "invalid_value",
+			"Invalid value for 'metadata.%s': it needs '%s'.", KeySilentMS, KeySilentAfter)
 	}
 	if sc.createStatus != 0 && sc.createStatus < 400 {
 		return scenario{}, invalidRequest("metadata."+KeyCreateStatus, "invalid_value",

@@ -82,6 +82,13 @@ func (s *Server) ProjectBaseURL(project string) string {
 // Throttle makes creates answer 429 for d; see Handler.Throttle.
 func (s *Server) Throttle(d, retryAfter time.Duration) { s.h.Throttle(d, retryAfter) }
 
+// FailCancels makes cancel calls answer 500 for d; see Handler.FailCancels.
+func (s *Server) FailCancels(d time.Duration) { s.h.FailCancels(d) }
+
+// HangCancels makes cancel calls hang, then answer 504, for d; see
+// Handler.HangCancels.
+func (s *Server) HangCancels(d time.Duration) { s.h.HangCancels(d) }
+
 // Handler is the emulator behind the server.
 func (s *Server) Handler() *Handler { return s.h }
 

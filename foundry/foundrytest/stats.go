@@ -102,7 +102,10 @@ type ResponseRecord struct {
 	CreatedAt time.Time `json:"created_at"`
 	// FinishedAt is when the response reached its final status (zero if not).
 	FinishedAt time.Time `json:"finished_at"`
-	// CancelledAt is when the first accepted cancel arrived (zero if none).
+	// CancelledAt is when the first cancel call that actually cancelled the
+	// response was served (zero if none): a call answered with a fault
+	// (emu_cancel_fail_ms, emu_cancel_hang_ms, FailCancels, HangCancels)
+	// does not count.
 	CancelledAt time.Time `json:"cancelled_at"`
 	// DisconnectedAt is when a stream first went away before the end (zero if never).
 	DisconnectedAt time.Time `json:"disconnected_at"`
@@ -116,6 +119,20 @@ type ResponseRecord struct {
 	TokensAfterDisconnect int `json:"tokens_after_disconnect"`
 	// StreamsAttached is the number of SSE streams following it now.
 	StreamsAttached int `json:"streams_attached"`
+	// CancelCalls is the number of POST /responses/{id}/cancel calls
+	// received for it, whatever their answer (404s of emu_get_404_ms and
+	// faults included).
+	CancelCalls int `json:"cancel_calls"`
+	// CancelCallsMaxInFlight is the largest number of its cancel calls that
+	// were being served at once: 1 when a client never overlaps them.
+	CancelCallsMaxInFlight int `json:"cancel_calls_max_in_flight"`
+	// CancelCallsFaulted is the number of its cancel calls answered by a
+	// fault (500 or 504), which cancelled nothing.
+	CancelCallsFaulted int `json:"cancel_calls_faulted"`
+	// FirstCancelCallAt is when its first cancel call was received (zero if
+	// none): the start of the emu_cancel_fail_ms and emu_cancel_hang_ms
+	// windows.
+	FirstCancelCallAt time.Time `json:"first_cancel_call_at"`
 	// Text is the output text emitted so far (the concatenated deltas).
 	Text string `json:"text"`
 	// TokenTimes holds, with Config.RecordTimes, when each text token was
