@@ -592,7 +592,11 @@ func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time
 }
 
 // cancelCalledAt is when Foundry's cancel was first called for rec,
-// whatever its answer; zero if never.
+// whatever its answer (a cancel that failed or hung was still asked for
+// in time); zero if never.
 func cancelCalledAt(rec foundrytest.ResponseRecord) time.Time {
+	if !rec.FirstCancelCallAt.IsZero() {
+		return rec.FirstCancelCallAt
+	}
 	return rec.CancelledAt
 }

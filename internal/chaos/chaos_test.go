@@ -218,6 +218,7 @@ func TestChaos(t *testing.T) {
 	defer wcancel()
 	if err := a.WaitEnded(wctx); err != nil {
 		t.Error(err)
+		diagnose(t, s, js, a)
 	}
 	rep, err := a.Audit(context.Background())
 	if err != nil {
@@ -289,6 +290,7 @@ func chaosRequest(id string, r *rand.Rand, stalls, long bool) (events.RunRequest
 		}
 	case 7: // the response stays queued past the queued timeout: upstream_queued
 		md["emu_queued_ms"] = strconv.Itoa(int((chaosQueued + time.Duration(1000+r.IntN(3000))*time.Millisecond).Milliseconds()))
+		md["emu_keepalive_ms"] = "1000" // a queued response is not a silent one
 	}
 	return req, plan
 }
