@@ -157,6 +157,39 @@ func (u *natsUser) subDenied(t *testing.T, subject string) {
 	u.waitViolation(t, "Subscription", subject)
 }
 
+// subHears subscribes to subject (core NATS), runs trigger, and waits until
+// a message on want arrives there: the server allowed the subscription.
+// The subscription stays until the end of the test.
+func (u *natsUser) subHears(t *testing.T, subject, want string, trigger func()) {
+	t.Helper()
+	got := make(chan string, 64)
+	sub, err := u.nc.Subscribe(subject, func(m *nats.Msg) {
+		select {
+		case got <- m.Subject:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := u.nc.FlushTimeout(10 * time.Second); err != nil {
+		t.Fatalf("%s: flush: %v", u.name, err)
+	}
+	trigger()
+	deadline := time.After(deniedWait)
+	for {
+		select {
+		case s := <-got:
+			if s == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s: nothing on %s heard through a subscription to %s within %s (recorded: %v)", u.name, want, subject, deniedWait, u.recorded())
+		}
+	}
+}
+
 // clean checks that the connection saw no asynchronous error.
 func (u *natsUser) clean(t *testing.T) {
 	t.Helper()

@@ -87,7 +87,8 @@ func queries(t *testing.T) map[string]string {
 			alerts++
 		}
 	}
-	for _, want := range []string{"FoundryqRunsStuck", "FoundryqDeadLetters", "FoundryqCompletedAfterCancel", "FoundryqCancelSlow"} {
+	for _, want := range []string{"FoundryqRunsStuck", "FoundryqDeadLetters", "FoundryqCompletedAfterCancel", "FoundryqCancelSlow",
+		"FoundryqStoreFull", "FoundryqCancelUnconfirmed", "FoundryqCancelsPending", "FoundryqRunsStalled"} {
 		if _, ok := out["alert "+want]; !ok {
 			t.Errorf("alerts.yaml has no rule %s", want)
 		}

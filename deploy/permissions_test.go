@@ -130,6 +130,27 @@ func TestPermissions(t *testing.T) {
 		}
 	})
 
+	// What every worker subscribes to besides requests and heartbeats: the
+	// stored cancel records (so a run's owner applies a cancel however the
+	// request was routed) and every state write (so any worker enforces a
+	// passed deadline while a run's owner is dead).
+	t.Run("worker: hears stored cancel records and state writes", func(t *testing.T) {
+		x := connectAs(t, s, "worker", "workerpw1")
+		x.subHears(t, names.CancelRecordsWildcard(), names.CancelRecordSubject("perm-heard"), func() {
+			if _, err := client.js.Publish(testContext(t), names.CancelRecordSubject("perm-heard"), []byte(`{"reason":"heard"}`)); err != nil {
+				t.Fatalf("store a cancel record: %v", err)
+			}
+		})
+		id := "perm-state-heard"
+		x.subHears(t, "$KV."+names.Bucket()+".*", "$KV."+names.Bucket()+"."+id, func() {
+			submit(t, c, id, map[string]string{"emu_tokens": "2"})
+		})
+		if evs := watchToEnd(t, c, id, events.FromStart, nil); evs[len(evs)-1].Type != events.TypeRunCompleted {
+			t.Fatalf("run %s: %v", id, types(evs))
+		}
+		x.clean(t)
+	})
+
 	t.Run("worker: a stopping worker hands its run to another one", func(t *testing.T) {
 		worker2 := connectAs(t, s, "worker", "workerpw1")
 		stopWorker2 := runWorker(t, worker2, emu, consumer.Config{WorkerID: "w-second"})
@@ -375,6 +396,15 @@ func TestPermissions(t *testing.T) {
 				return err
 			})
 		}
+		// It hears cancel records and run requests' subjects are not its
+		// to write: a JetStream publish (acked) is refused as well, so a
+		// worker can never store a cancel or queue a run.
+		for _, subject := range []string{names.RunSubject("forged-js"), names.CancelRecordSubject("forged-js")} {
+			x.denied(t, subject, func(ctx context.Context) error {
+				_, err := x.js.Publish(ctx, subject, []byte(`{"reason":"forged"}`))
+				return err
+			})
+		}
 		for _, stream := range []string{names.RunsStream(), names.EventsStream()} {
 			x.denied(t, "$JS.API.STREAM.DELETE."+stream, func(ctx context.Context) error { return x.js.DeleteStream(ctx, stream) })
 			x.denied(t, "$JS.API.STREAM.PURGE."+stream, func(ctx context.Context) error {
@@ -384,6 +414,8 @@ func TestPermissions(t *testing.T) {
 		}
 		x.subDenied(t, "_INBOX.client.>")
 		x.subDenied(t, "foundryq.runs.*")
+		// The state grant is its own bucket's keys, not the KV namespace.
+		x.subDenied(t, "$KV.>")
 	})
 
 	t.Run("no user may connect without a password", func(t *testing.T) {

@@ -2,9 +2,12 @@ package deploy
 
 import (
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
@@ -123,6 +126,59 @@ func TestTenants(t *testing.T) {
 		if _, _, err := b.c.State(testContext(t), id); !errors.Is(err, events.ErrStateNotFound) {
 			t.Fatalf("B's state has A's run: %v", err)
 		}
+	})
+
+	// Workers subscribe to the stored cancel records and to every state
+	// write of their account: subjects are per account, so the same
+	// subscription of team A's worker hears none of team B's.
+	t.Run("A's workers do not hear B's cancel records or state writes", func(t *testing.T) {
+		aw := connectAs(t, s, "team-a-worker", "aworkerpw")
+		var mu sync.Mutex
+		var heard []string
+		for _, subject := range []string{a.names.CancelRecordsWildcard(), "$KV." + a.names.Bucket() + ".*"} {
+			sub, err := aw.nc.Subscribe(subject, func(m *nats.Msg) {
+				mu.Lock()
+				heard = append(heard, m.Subject)
+				mu.Unlock()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+		}
+		if err := aw.nc.FlushTimeout(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// B's own worker role hears both (the control), ...
+		bw := connectAs(t, s, "team-b-worker", "bworkerpw")
+		bw.subHears(t, b.names.CancelRecordsWildcard(), b.names.CancelRecordSubject("b-other"), func() {
+			if _, err := b.client.js.Publish(testContext(t), b.names.CancelRecordSubject("b-other"), []byte(`{"reason":"b only"}`)); err != nil {
+				t.Fatalf("B's cancel record: %v", err)
+			}
+		})
+		bState := "b-state"
+		bw.subHears(t, "$KV."+b.names.Bucket()+".*", "$KV."+b.names.Bucket()+"."+bState, func() {
+			submit(t, b.c, bState, map[string]string{"emu_tokens": "2"})
+		})
+		if evs := watchToEnd(t, b.c, bState, events.FromStart, nil); evs[len(evs)-1].Type != events.TypeRunCompleted {
+			t.Fatalf("B's run %s: %v", bState, types(evs))
+		}
+		// ... and A's, subscribed before B wrote anything, heard none of it.
+		if err := aw.nc.FlushTimeout(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, subject := range heard {
+			if strings.HasSuffix(subject, ".b-other") || strings.HasSuffix(subject, "."+bState) || strings.HasSuffix(subject, "."+bRun) {
+				t.Fatalf("team A's worker heard %s of team B", subject)
+			}
+		}
+		// Nor may it subscribe to B's inboxes.
+		aw.subDenied(t, "_INBOX.team-b-worker.>")
+		aw.subDenied(t, "_INBOX.team-b-client.>")
+		aw.clean(t)
+		bw.clean(t)
 	})
 
 	t.Run("neither team's users were refused anything they use", func(t *testing.T) {

@@ -23,6 +23,11 @@ const (
 // DefaultAgentField is the request body field that carries a Foundry agent reference.
 const DefaultAgentField = "agent_reference"
 
+// DefaultStreamIdleTimeout is the default of Config.StreamIdleTimeout: three
+// of the 30 s intervals at which the service sends keepalive events while a
+// response is slow (BerriAI/litellm#39617).
+const DefaultStreamIdleTimeout = 90 * time.Second
+
 // DefaultMaxRetries is the number of SDK retries for idempotent calls (Get, Cancel, Resume).
 const DefaultMaxRetries = 2
 
@@ -60,6 +65,14 @@ type Config struct {
 	// negative value disables retries. Create is never retried: a retried background
 	// create can start a second, billed run.
 	MaxRetries int
+	// StreamIdleTimeout ends a stream (from Create or Resume) that receives
+	// nothing at all for that long while Next waits for it: Next returns
+	// false, Err wraps ErrStreamIdle and the body is closed. Keepalive frames
+	// count as something, and time the caller spends between two calls of
+	// Next does not count. Default (0): 90s (DefaultStreamIdleTimeout, three
+	// of the service's 30 s keepalive intervals); negative disables it; a
+	// positive value under 1ms is refused (a missing unit, most likely).
+	StreamIdleTimeout time.Duration
 }
 
 // withDefaults returns cfg with every unset field given its default. It does not
@@ -80,6 +93,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = defaultHTTPClient(cfg.CleartextHTTP2)
+	}
+	if cfg.StreamIdleTimeout == 0 {
+		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
 	if cfg.Scope == "" && cfg.APIKey == "" {
 		cfg.Scope = scopeFor(cfg.BaseURL)
@@ -122,6 +138,9 @@ func (cfg Config) validate() error {
 	}
 	if !validFieldName(cfg.AgentField) {
 		return configError("AgentField", fmt.Sprintf("%q is not a valid field name (want letters, digits, _ or -, at most 64 characters)", cfg.AgentField))
+	}
+	if cfg.StreamIdleTimeout > 0 && cfg.StreamIdleTimeout < time.Millisecond {
+		return configError("StreamIdleTimeout", fmt.Sprintf("%s is under 1ms (use a negative value to disable it)", cfg.StreamIdleTimeout))
 	}
 	if strings.ContainsAny(cfg.APIKey, "\r\n") {
 		return configError("APIKey", "must not contain line breaks")

@@ -61,7 +61,7 @@ func (c *Client) Create(ctx context.Context, req CreateRequest) (*Stream, error)
 	if err := checkEventStream("create", "", res); err != nil {
 		return nil, err
 	}
-	return newStream(ctx, res, "", -1), nil
+	return newStream(ctx, res, "", -1, c.cfg.StreamIdleTimeout), nil
 }
 
 // createBody validates req and builds the JSON body.

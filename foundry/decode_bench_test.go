@@ -78,7 +78,7 @@ func BenchmarkDecodeDelta(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(deltaFrame)))
 		res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: &repeatReader{frame: deltaFrame}}
-		s := newStream(b.Context(), res, "", -1)
+		s := newStream(b.Context(), res, "", -1, DefaultStreamIdleTimeout)
 		defer s.Close()
 		for b.Loop() {
 			if !s.Next() || s.Event().Delta != " world" {
@@ -111,7 +111,7 @@ func BenchmarkStreamPerRun(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(body))}
-		s := newStream(b.Context(), res, "", -1)
+		s := newStream(b.Context(), res, "", -1, DefaultStreamIdleTimeout)
 		n := 0
 		for s.Next() {
 			n++

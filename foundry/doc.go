@@ -157,6 +157,17 @@
 //     RS256 tokens (audience per endpoint form: /openai/v1/ or
 //     /api/projects/{project}/openai/v1/, exp, nbf); foundrytest.Authority
 //     is a local token endpoint that azidentity uses through its own options.
+//   - A background, streamed response can stay queued for 10 minutes and
+//     more, or go silent mid-stream (no frame, the connection open), after
+//     a near-instant client disconnect ("Background: true, stream: true
+//     Response can be stuck in queued after a near-instant client
+//     disconnect", OpenAI developer community). Config.StreamIdleTimeout
+//     ends a stream that receives nothing (keepalives count) for that long
+//     with ErrStreamIdle; response.queued and response.in_progress carry
+//     the status in Event.Response (StatusQueued, StatusInProgress).
+//     Emulator: emu_queued_ms keeps a response queued with keepalives;
+//     emu_silent_after=N silences its streams after N tokens
+//     (emu_silent_ms: for that long).
 //   - A response reported cancelled can later turn completed (Microsoft Q&A
 //     2339607). Emulator: emu_complete_despite_cancel=1.
 package foundry

@@ -53,6 +53,14 @@ var (
 	// [DONE] or a network error, which is wrapped too) before a terminal event.
 	// Resume from Stream.LastSeq, or poll with Get.
 	ErrStreamTruncated = errors.New("foundry: stream ended without a terminal event")
+	// ErrStreamIdle is reported by Stream.Err when the stream received nothing
+	// at all, not even a keepalive, for Config.StreamIdleTimeout: a response
+	// can stay queued or go silent with its connection open ("Background:
+	// true, stream: true Response can be stuck in queued after a near-instant
+	// client disconnect", OpenAI developer community). The body is closed;
+	// the message says how long the stream was silent. It does not match
+	// ErrStreamTruncated: Get tells whether the response is still alive.
+	ErrStreamIdle = errors.New("foundry: stream idle")
 	// ErrMalformedEvent is reported by Stream.Err when an event's data is not the
 	// JSON it should be.
 	ErrMalformedEvent = errors.New("foundry: malformed stream event")

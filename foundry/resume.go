@@ -38,5 +38,5 @@ func (c *Client) Resume(ctx context.Context, id string, after int64) (*Stream, e
 	if err := checkEventStream("resume", id, res); err != nil {
 		return nil, err
 	}
-	return newStream(ctx, res, id, after), nil
+	return newStream(ctx, res, id, after, c.cfg.StreamIdleTimeout), nil
 }

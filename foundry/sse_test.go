@@ -61,7 +61,7 @@ func (e *endless) Read(p []byte) (int, error) {
 func TestStreamLineTooLong(t *testing.T) {
 	t.Parallel()
 	body := io.NopCloser(io.MultiReader(strings.NewReader("data: "), &endless{n: MaxLineSize + 1}))
-	s := newStream(context.Background(), &http.Response{Body: body}, "resp_big", -1)
+	s := newStream(context.Background(), &http.Response{Body: body}, "resp_big", -1, 0)
 	if s.Next() {
 		t.Fatal("Next = true")
 	}
@@ -83,7 +83,7 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte("data: {\"type\":\"x\",\"sequence_number\":1e400}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		res := &http.Response{Body: io.NopCloser(strings.NewReader(string(body)))}
-		s := newStream(context.Background(), res, "", -1)
+		s := newStream(context.Background(), res, "", -1, 0)
 		defer s.Close()
 		for i := 0; s.Next(); i++ {
 			ev := s.Event()
@@ -110,7 +110,7 @@ func TestStreamStopsWithBufferedEvents(t *testing.T) {
 	t.Parallel()
 	body := strings.Repeat("data: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"x\"}\n\n", 10)
 	mk := func(ctx context.Context) *Stream {
-		return newStream(ctx, &http.Response{Body: io.NopCloser(strings.NewReader(body))}, "resp_b", -1)
+		return newStream(ctx, &http.Response{Body: io.NopCloser(strings.NewReader(body))}, "resp_b", -1, 0)
 	}
 
 	s := mk(context.Background())

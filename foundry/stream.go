@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Stream reads the events of one response stream (from Create or Resume).
@@ -19,7 +20,9 @@ import (
 //	if err := s.Err(); err != nil { ... } // ErrStreamTruncated: resume from s.LastSeq()
 //
 // Next returns false after the terminal event (the body is closed then), at the
-// end of the stream, on an error, or once ctx is done. A stream is read by one
+// end of the stream, on an error, once ctx is done, or when the stream has
+// received nothing at all (keepalive frames count) for Config.StreamIdleTimeout
+// while Next waited for it. A stream is read by one
 // goroutine; Close may be called from any goroutine and makes a blocked Next return.
 type Stream struct {
 	ctx       context.Context
@@ -38,17 +41,89 @@ type Stream struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool // Close was called
+
+	// The idle timeout (Config.StreamIdleTimeout): one timer per stream,
+	// re-armed lazily by itself rather than reset on every read.
+	idle      time.Duration // <= 0: none
+	idleTimer *time.Timer
+	idleStop  atomic.Bool  // the stream finished: the timer must not re-arm
+	base      time.Time    // origin of readSince (monotonic)
+	readSince atomic.Int64 // 0, or 1 + the time since base when the pending body read began
+	idleFor   atomic.Int64 // how long the stream was silent when the timer closed the body
 }
 
 // newStream takes ownership of res.Body. The body is closed when ctx is done so
-// that a blocked read returns even with transports that ignore the context.
-func newStream(ctx context.Context, res *http.Response, responseID string, after int64) *Stream {
-	s := &Stream{ctx: ctx, body: res.Body, sse: newSSEReader(res.Body), responseID: responseID}
+// that a blocked read returns even with transports that ignore the context, and
+// when a read has waited idle (> 0) for a frame.
+func newStream(ctx context.Context, res *http.Response, responseID string, after int64, idle time.Duration) *Stream {
+	s := &Stream{ctx: ctx, body: res.Body, responseID: responseID}
+	wake := s.wake // one func value for both callbacks: one allocation less
+	if idle > 0 {
+		s.idle, s.base = idle, time.Now()
+		s.sse = newSSEReader((*idleReader)(s))
+		// Armed once assigned: the callback reads s.idleTimer.
+		s.idleTimer = time.AfterFunc(time.Duration(1<<63-1), wake)
+		s.idleTimer.Reset(idle)
+	} else {
+		s.sse = newSSEReader(res.Body)
+	}
 	if after >= 0 {
 		s.lastSeq, s.hasSeq = after, true
 	}
-	s.stopAfter = context.AfterFunc(ctx, func() { _ = s.closeBody() })
+	s.stopAfter = context.AfterFunc(ctx, wake)
 	return s
+}
+
+// wake is the callback of ctx's end and of the idle timer: once ctx is done
+// it closes the body, so that a blocked read returns even with transports
+// that ignore the context; otherwise it is the idle timer's check.
+func (s *Stream) wake() {
+	if s.ctx.Err() != nil {
+		_ = s.closeBody()
+		return
+	}
+	s.idleCheck()
+}
+
+// idleReader reads a stream's body, noting when each read starts waiting.
+// Only the time spent waiting for the server counts as silence: a consumer
+// slow to call Next is not an idle stream.
+type idleReader Stream
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	r.readSince.Store(int64(time.Since(r.base)) + 1)
+	n, err := r.body.Read(p)
+	r.readSince.Store(0)
+	return n, err
+}
+
+// idleCheck runs when the idle timer fires: it closes the body if the
+// pending read has waited s.idle for a byte (the read then fails and Next
+// reports ErrStreamIdle), and otherwise re-arms the timer for the rest.
+func (s *Stream) idleCheck() {
+	if s.idleStop.Load() {
+		return
+	}
+	since := s.readSince.Load()
+	if since == 0 { // not waiting on the server: the consumer has the stream
+		s.idleTimer.Reset(s.idle)
+		return
+	}
+	silent := time.Since(s.base) - time.Duration(since-1)
+	if silent < s.idle {
+		s.idleTimer.Reset(s.idle - silent)
+		return
+	}
+	s.idleFor.Store(int64(silent))
+	_ = s.closeBody()
+}
+
+// stopIdle stops the idle timer for good.
+func (s *Stream) stopIdle() {
+	if s.idleTimer != nil {
+		s.idleStop.Store(true)
+		s.idleTimer.Stop()
+	}
 }
 
 // Next advances to the next event and reports whether there is one.
@@ -107,8 +182,9 @@ func (s *Stream) Event() *Event { return &s.ev }
 // Err returns why the stream ended: nil after a terminal event (or before the
 // end, or after Close); an error wrapping ErrStreamTruncated (and the network
 // error, if any) when it ended without one; the context's cause when ctx ended
-// it; an *APIError for an {"error": ...} frame; ErrMalformedEvent or
-// ErrLineTooLong for data that cannot be read.
+// it; an error wrapping ErrStreamIdle when nothing arrived for
+// Config.StreamIdleTimeout; an *APIError for an {"error": ...} frame;
+// ErrMalformedEvent or ErrLineTooLong for data that cannot be read.
 func (s *Stream) Err() error { return s.err }
 
 // Terminal reports whether a terminal event was read.
@@ -128,6 +204,7 @@ func (s *Stream) ResponseID() string { return s.responseID }
 func (s *Stream) Close() error {
 	s.closed.Store(true)
 	s.stopAfter()
+	s.stopIdle()
 	return s.closeBody()
 }
 
@@ -141,6 +218,7 @@ func (s *Stream) finish(err error) {
 	s.done = true
 	s.err = err
 	s.stopAfter()
+	s.stopIdle()
 	_ = s.closeBody()
 }
 
@@ -152,6 +230,9 @@ func (s *Stream) endError(err error) error {
 	if s.closed.Load() {
 		return nil
 	}
+	if d := s.idleFor.Load(); d > 0 {
+		return s.idleError(time.Duration(d))
+	}
 	if errors.Is(err, ErrLineTooLong) {
 		return fmt.Errorf("foundry: stream%s: %w", idSuffix(s.responseID), err)
 	}
@@ -162,6 +243,21 @@ func (s *Stream) endError(err error) error {
 }
 
 func (s *Stream) truncated(cause error) error {
+	where := s.where()
+	if cause != nil {
+		return fmt.Errorf("%w (%s): %w", ErrStreamTruncated, where, cause)
+	}
+	return fmt.Errorf("%w (%s)", ErrStreamTruncated, where)
+}
+
+// idleError is the error of a stream the idle timeout ended.
+func (s *Stream) idleError(silent time.Duration) error {
+	return fmt.Errorf("%w: nothing received for %s, idle timeout %s (%s)", ErrStreamIdle,
+		silent.Round(time.Millisecond), s.idle, s.where())
+}
+
+// where says where the stream is, for errors.
+func (s *Stream) where() string {
 	where := "before any sequence number"
 	if s.hasSeq {
 		where = fmt.Sprintf("after sequence number %d", s.lastSeq)
@@ -169,10 +265,7 @@ func (s *Stream) truncated(cause error) error {
 	if s.responseID != "" {
 		where = "response " + s.responseID + ", " + where
 	}
-	if cause != nil {
-		return fmt.Errorf("%w (%s): %w", ErrStreamTruncated, where, cause)
-	}
-	return fmt.Errorf("%w (%s)", ErrStreamTruncated, where)
+	return where
 }
 
 func idSuffix(id string) string {

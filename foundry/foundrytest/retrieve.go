@@ -66,6 +66,12 @@ func (h *Handler) handleGet(w http.ResponseWriter, req *http.Request) {
 	setSSEHeaders(w)
 	w.WriteHeader(http.StatusOK)
 	r.attach()
+	// The headers go out at once, as on a create, even when no event
+	// follows soon (a stalled response).
+	if http.NewResponseController(w).Flush() != nil {
+		r.detach(true, false)
+		return
+	}
 	end := r.follow(req.Context(), w, from, -1)
 	r.detach(end != endComplete, false)
 }

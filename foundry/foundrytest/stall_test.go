@@ -2,6 +2,7 @@ package foundrytest
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -184,5 +185,32 @@ func TestSilentAfterBeyondText(t *testing.T) {
 		createBody("silent-beyond", true, true, map[string]string{KeyTokens: "2", KeySilentAfter: "2"})).Body)
 	if err != nil || evs[len(evs)-1].Type != evCompleted {
 		t.Fatalf("%v, %v", types(evs), err)
+	}
+}
+
+// TestResumeSendsHeadersAtOnce: a resume with nothing new to send (a
+// silent response, resumed after its last event) gets its 200 and headers
+// at once, as a create does, not with its first event.
+func TestResumeSendsHeadersAtOnce(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	ctx := testCtx(t)
+	n := 0
+	_, resp, evs := openUntil(t, srv, c, createBody("silent-resume", true, true, map[string]string{KeyTokens: "50", KeySilentAfter: "1"}),
+		func(ev wireEvent) bool {
+			if ev.Type == evTextDelta {
+				n++
+			}
+			return n == 1
+		})
+	defer resp.Body.Close()
+	id := evs[0].Response.ID
+	res := do(t, ctx, c, "GET", srv.BaseURL()+"responses/"+id+"?stream=true&starting_after="+strconv.Itoa(len(evs)-1), nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("resume: %d", res.StatusCode)
+	}
+	cancelResp(t, srv, c, id, http.StatusOK)
+	if rest, err := readAll(t, res.Body); err != nil || len(rest) != 0 {
+		t.Fatalf("resumed stream: %v, %v", types(rest), err)
 	}
 }
