@@ -552,6 +552,9 @@ func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time
 	// held every run back meanwhile and by this run's own cancel fault.
 	due := plan.SubmittedAt.Add(plan.Timeout + d.bounds.Terminal + min(plan.CancelFault, d.bounds.CancelConfirm))
 	due = extend(d.outages, plan.SubmittedAt, due, OutageNATS, OutageStoreFull, OutageCancel)
+	if !endedAt.IsZero() {
+		rep.TerminalAfterTimeout = max(rep.TerminalAfterTimeout, endedAt.Sub(plan.SubmittedAt.Add(plan.Timeout)))
+	}
 	switch {
 	case endedAt.IsZero():
 		rep.LateTerminal++
@@ -573,10 +576,13 @@ func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time
 	}
 	limit := extend(d.outages, deadline, deadline.Add(d.bounds.UpstreamCancel), OutageNATS)
 	for _, rec := range recs {
+		called := cancelCalledAt(rec)
+		if !called.IsZero() && (rec.FinishedAt.IsZero() || rec.FinishedAt.After(deadline)) {
+			rep.CancelAfterDeadline = max(rep.CancelAfterDeadline, called.Sub(deadline))
+		}
 		if !rec.FinishedAt.IsZero() && !rec.FinishedAt.After(limit) {
 			continue // it ended by then
 		}
-		called := cancelCalledAt(rec)
 		if !called.IsZero() && !called.After(limit) {
 			continue
 		}

@@ -71,7 +71,9 @@ func (f *faults) recentRuns() []string {
 // after).
 func (f *faults) inject(ctx context.Context, k int, fl *fleet, r *rand.Rand) {
 	start := time.Now()
-	defer func() { f.t.Logf("fault %d from %s for %s", k, start.Format("15:04:05.000"), time.Since(start).Round(time.Millisecond)) }()
+	defer func() {
+		f.t.Logf("fault %d from %s for %s", k, start.Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
+	}()
 	switch k {
 	case 0:
 		f.count["worker SIGKILL"]++

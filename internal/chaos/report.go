@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Report is what an audit found. The figures that must be zero are
@@ -50,6 +51,11 @@ type Report struct {
 	// response was still generating past the deadline + the bound without
 	// a cancel call.
 	WithTimeout, LateTerminal, LateUpstreamCancel int
+	// TerminalAfterTimeout is the longest a terminal event of a run with a
+	// timeout was stored after submit + timeout; CancelAfterDeadline the
+	// longest after a run's deadline that the first cancel call reached a
+	// response still generating then (the margins the two rules leave).
+	TerminalAfterTimeout, CancelAfterDeadline time.Duration
 	// Problems names every run that broke a promise, and how.
 	Problems []string
 	// Failures names every failed run with its error code and message (a
@@ -95,8 +101,10 @@ func (r Report) Table() string {
 		r.TokensAfterCancel+r.ToolCallsAfterCancel, r.TokensAfterCancel, r.ToolCallsAfterCancel))
 	row("malformed event streams", r.Malformed)
 	row("cancelled runs whose response ran on without being reported", r.RanOnUnreported)
-	row("runs without a terminal event after the run timeout", r.LateTerminal)
-	row("timed-out runs cancelled upstream late", r.LateUpstreamCancel)
+	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after submit + timeout)",
+		r.LateTerminal, r.TerminalAfterTimeout.Round(time.Millisecond)))
+	row("timed-out runs cancelled upstream late", fmt.Sprintf("%d (latest first cancel call %s after the deadline)",
+		r.LateUpstreamCancel, r.CancelAfterDeadline.Round(time.Millisecond)))
 	return b.String()
 }
 
