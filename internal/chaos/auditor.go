@@ -552,8 +552,9 @@ func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time
 	// held every run back meanwhile and by this run's own cancel fault.
 	due := plan.SubmittedAt.Add(plan.Timeout + d.bounds.Terminal + min(plan.CancelFault, d.bounds.CancelConfirm))
 	due = extend(d.outages, plan.SubmittedAt, due, OutageNATS, OutageStoreFull, OutageCancel)
-	if !endedAt.IsZero() {
-		rep.TerminalAfterTimeout = max(rep.TerminalAfterTimeout, endedAt.Sub(plan.SubmittedAt.Add(plan.Timeout)))
+	if after := endedAt.Sub(plan.SubmittedAt.Add(plan.Timeout)); !endedAt.IsZero() && after > rep.TerminalAfterTimeout {
+		rep.TerminalAfterTimeout = after
+		rep.TerminalAfterTimeoutOf = fmt.Sprintf(": %s, allowed %s", id, due.Sub(plan.SubmittedAt.Add(plan.Timeout)).Round(time.Millisecond))
 	}
 	switch {
 	case endedAt.IsZero():

@@ -56,6 +56,9 @@ type Report struct {
 	// longest after a run's deadline that the first cancel call reached a
 	// response still generating then (the margins the two rules leave).
 	TerminalAfterTimeout, CancelAfterDeadline time.Duration
+	// TerminalAfterTimeoutOf names the run of TerminalAfterTimeout and what
+	// its bound allowed it (after submit + timeout).
+	TerminalAfterTimeoutOf string
 	// Problems names every run that broke a promise, and how.
 	Problems []string
 	// Failures names every failed run with its error code and message (a
@@ -101,8 +104,8 @@ func (r Report) Table() string {
 		r.TokensAfterCancel+r.ToolCallsAfterCancel, r.TokensAfterCancel, r.ToolCallsAfterCancel))
 	row("malformed event streams", r.Malformed)
 	row("cancelled runs whose response ran on without being reported", r.RanOnUnreported)
-	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after submit + timeout)",
-		r.LateTerminal, r.TerminalAfterTimeout.Round(time.Millisecond)))
+	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after submit + timeout%s)",
+		r.LateTerminal, r.TerminalAfterTimeout.Round(time.Millisecond), r.TerminalAfterTimeoutOf))
 	row("timed-out runs cancelled upstream late", fmt.Sprintf("%d (latest first cancel call %s after the deadline)",
 		r.LateUpstreamCancel, r.CancelAfterDeadline.Round(time.Millisecond)))
 	return b.String()
