@@ -67,6 +67,10 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 			return out
 		}
 	}
+	var stall struct {
+		count int   // idle timeouts in a row with no upstream event between them
+		at    int64 // the upstream sequence number at the last one
+	}
 	for breaks := 1; ; breaks++ {
 		out, ended := r.relayStream(s, &last)
 		_ = s.Close()
@@ -90,14 +94,32 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 		// cancelled by someone else, and an error event does not say whether
 		// the response goes on; a stream that keeps breaking is not worth
 		// re-attaching to. All are settled by asking Foundry, then polling.
-		if resp, err := r.w.up.Get(ctx, id); (err == nil && resp.Terminal()) || breaks > maxStreamBreaks {
+		resp, err := r.w.up.Get(ctx, id)
+		if (err == nil && resp.Terminal()) || breaks > maxStreamBreaks {
 			r.logger().Info().Err(out.err).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
 			return r.poll(ctx, id, 0)
 		}
-		r.logger().Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
-		var err error
-		s, err = r.resume(ctx, id, last)
-		if err != nil {
+		if errors.Is(out.err, foundry.ErrStreamIdle) {
+			// Silent, not even a keepalive: re-attach once; silent again
+			// with no progress meanwhile, and the run gives it up.
+			if last != stall.at {
+				stall.count = 0
+			}
+			stall.count++
+			stall.at = last
+			r.markStalled(true)
+			if stall.count > 1 {
+				status := "unknown"
+				if err == nil {
+					status = resp.Status
+				}
+				return outcome{err: fmt.Errorf("%w: %w, again after re-attaching, while Foundry reports it %s", errUpstreamStalled, out.err, status), op: "resume", upstreamSeq: -1}
+			}
+			r.logger().Warn().Err(out.err).Msg("upstream stream silent; re-reading the response and re-attaching once")
+		} else {
+			r.logger().Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
+		}
+		if s, err = r.resume(ctx, id, last); err != nil {
 			if ctx.Err() != nil {
 				return outcome{err: context.Cause(ctx), upstreamSeq: -1}
 			}
@@ -302,6 +324,9 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 		} else if st.emit != nil {
 			r.watchQueued(foundry.StatusInProgress) // output: it runs
 		}
+		if r.stalled {
+			r.markStalled(false) // it speaks again
+		}
 		if st.responseID != "" && r.currentResponseID() == "" {
 			if out, ok := r.saveResponseID(st.responseID, seq, st.foreground); !ok {
 				return out, true
@@ -341,6 +366,26 @@ func (r *run) watchQueued(status string) {
 		})
 	case status != foundry.StatusQueued && r.queued != nil:
 		r.queued.Stop()
+	}
+}
+
+// markStalled records in the run's record that its response's stream went
+// silent (stalled_at, for foundryq runs), or speaks again. A write that
+// does not land is not retried: the mark is information, not state.
+func (r *run) markStalled(stalled bool) {
+	r.stalled = stalled
+	var at *time.Time
+	if stalled {
+		now := time.Now().UTC()
+		at = &now
+	}
+	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
+	defer cancel()
+	st, err := r.w.states.Upsert(ctx, r.id, func(s *events.RunState, _ bool) error {
+		return markStalled(s, r.owner, at)
+	})
+	if err == nil {
+		r.setState(st)
 	}
 }
 

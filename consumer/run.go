@@ -42,8 +42,9 @@ type run struct {
 	// upStop stops the reader with a cause (errUpstreamQueued); set by
 	// drive before the reader starts. queued times a response that Foundry
 	// keeps queued; the reader's own.
-	upStop context.CancelCauseFunc
-	queued *time.Timer
+	upStop  context.CancelCauseFunc
+	queued  *time.Timer
+	stalled bool // the record says the stream went silent (stalled_at)
 
 	// ctx ends when something asks the run to stop; its cause says what
 	// (ErrCancelRequested, ErrRunTimeout, ErrAbandoned, ErrShutdown,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
@@ -527,5 +528,59 @@ func TestResponseQueuedTooLongIsGivenUp(t *testing.T) {
 	}
 	if n := counter(t, reg, "foundryq_runs_stalled_total", events.CodeUpstreamQueued); n != 1 {
 		t.Fatalf("runs_stalled_total{code=upstream_queued} = %v", n)
+	}
+}
+
+// A stream that goes silent (no frame, not even a keepalive) is re-read
+// and re-attached once; silent again, the run ends upstream_stalled with
+// the response cancelled, and the record marked stalled meanwhile. On main
+// before this change such a run stayed running for ever.
+func TestSilentStreamEndsTheRunStalled(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	up, err := foundry.New(foundry.Config{BaseURL: e.emu.BaseURL(), APIKey: "test-key", StreamIdleTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.up = up
+	reg := prometheus.NewRegistry()
+	e.startWorker(consumer.Config{WorkerID: "silent", Registerer: reg})
+	e.submit(request("silent-1", map[string]string{"emu_tokens": "100", "emu_silent_after": "10"}))
+	eventually(t, 20*time.Second, "the record to mark the stall", func() bool {
+		st, _, err := e.client.State(context.Background(), "silent-1")
+		return err == nil && st.StalledAt != nil
+	})
+	evs := e.collect("silent-1", 30*time.Second)
+	last := checkWellFormed(t, evs)
+	if last.Type != events.TypeRunFailed || last.Error.Code != events.CodeUpstreamStalled {
+		t.Fatalf("run ended %+v (error %+v), want run.failed upstream_stalled", last, last.Error)
+	}
+	rec := e.emu.Records("silent-1")[0]
+	if rec.Status != "cancelled" || text(evs) != rec.Text {
+		t.Fatalf("emulator: status %s, text %q; relayed %q: want cancelled, everything generated relayed", rec.Status, rec.Text, text(evs))
+	}
+	if st := e.state("silent-1"); st.StalledAt != nil || st.UpstreamStatus != "cancelled" {
+		t.Fatalf("record: stalled_at %v, upstream status %q; want cleared, cancelled", st.StalledAt, st.UpstreamStatus)
+	}
+	if n := counter(t, reg, "foundryq_runs_stalled_total", events.CodeUpstreamStalled); n != 1 {
+		t.Fatalf("runs_stalled_total{code=upstream_stalled} = %v", n)
+	}
+}
+
+// A stream silent for a while that then speaks again is not a stall: the
+// run completes with the whole text after one re-attach.
+func TestSilenceShorterThanTwoIdleTimeoutsIsNotAStall(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	up, err := foundry.New(foundry.Config{BaseURL: e.emu.BaseURL(), APIKey: "test-key", StreamIdleTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.up = up
+	e.startWorker(consumer.Config{WorkerID: "pause"})
+	e.submit(request("pause-1", map[string]string{"emu_tokens": "40", "emu_silent_after": "10", "emu_silent_ms": "1500"}))
+	evs := e.collect("pause-1", 30*time.Second)
+	if last := checkWellFormed(t, evs); last.Type != events.TypeRunCompleted || text(evs) != e.emulatorText("pause-1") {
+		t.Fatalf("run ended %+v, relayed %q; want run.completed with the whole text", last, text(evs))
 	}
 }

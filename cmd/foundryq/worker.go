@@ -33,7 +33,7 @@ type workerFlags struct {
 	concurrency, maxDeliver, replicas           *int
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
-	queuedTimeout, storeFullTimeout             *time.Duration
+	queuedTimeout, storeFullTimeout, streamIdle *time.Duration
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
 	eventInterval, cancelAudit, foregroundPoll  *time.Duration
 	stuckAfter                                  *time.Duration
@@ -49,6 +49,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 		w.scope = f.String("foundry-scope", "FOUNDRY_SCOPE", "", "Entra token scope; default chosen from the endpoint's host", rule[string]{validScope, `"" (chosen from the endpoint) or an absolute URL such as https://ai.azure.com/.default`})
 		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference", rule[string]{func(v string) bool { return foundry.ValidFieldName(v) }, "a JSON field name of [A-Za-z0-9_-], at most 64 characters"})
 	}
+	w.streamIdle = f.Duration("foundry-stream-idle-timeout", "FOUNDRY_STREAM_IDLE_TIMEOUT", foundry.DefaultStreamIdleTimeout, "a Foundry stream that sends nothing, not even a keepalive, for this long is re-read and re-attached once; silent again, the run fails upstream_stalled", positive())
 	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once", atLeast(1))
 	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)", idOrEmpty())
 	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", consumer.DefaultRunTimeout, "run deadline for requests without timeout_seconds (0: none)", notNegative("none"))
@@ -151,7 +152,7 @@ func runTimeout(d time.Duration) time.Duration {
 }
 
 func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
-	c := foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField}
+	c := foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField, StreamIdleTimeout: *w.streamIdle}
 	if w.h2c != nil {
 		c.CleartextHTTP2 = *w.h2c
 	}
