@@ -131,13 +131,7 @@ func TestChaos(t *testing.T) {
 		"--http-addr", "", "--ack-wait", chaosAckWait.String(), "--retry-delay", "200ms",
 		"--shutdown-timeout", "5s", "--cancel-audit-delay", "-1s", "--log-level", "warn",
 		"--cancel-confirm-timeout", chaosCancelConfirm.String(), "--queued-timeout", chaosQueued.String(),
-		"--store-full-timeout", chaosStoreFull.String(),
-	}
-	stalls := workerHasFlag(t, "foundry-stream-idle-timeout")
-	if stalls {
-		args = append(args, "--foundry-stream-idle-timeout", chaosStreamIdle.String())
-	} else {
-		t.Log("the worker has no --foundry-stream-idle-timeout: no run asks for emu_silent_after")
+		"--store-full-timeout", chaosStoreFull.String(), "--foundry-stream-idle-timeout", chaosStreamIdle.String(),
 	}
 	fleet := &fleet{t: t, bin: foundryqBin, logDir: logDir, rng: rand.New(rand.NewPCG(seed, 3)),
 		url: s.NATS.ClientURL(), args: args, env: append(os.Environ(), "FOUNDRY_API_KEY="+apiKey)}
@@ -178,7 +172,7 @@ func TestChaos(t *testing.T) {
 			// A run that may end only when Foundry's cancel has failed for
 			// the whole cancel bound is not started near the end.
 			long := time.Until(faultsEnd) > chaosCancelConfirm
-			req, plan := chaosRequest(id, r, stalls, long)
+			req, plan := chaosRequest(id, r, long)
 			if err := submit(ctx, s.Client, req); err != nil {
 				t.Errorf("submit %s: %v", id, err)
 				return
@@ -236,10 +230,9 @@ func TestChaos(t *testing.T) {
 // chaosRequest is a streaming run with a random length and, for some, an
 // upstream fault of the emulator's, a short timeout, or a Foundry cancel
 // that fails or hangs for a while; with the plan the Auditor checks it
-// against (all but SubmittedAt). stalls: the workers have an idle timeout
-// (a silent stream is a fault they end). long: the run may take the whole
-// cancel bound.
-func chaosRequest(id string, r *rand.Rand, stalls, long bool) (events.RunRequest, RunPlan) {
+// against (all but SubmittedAt). long: the run may take the whole cancel
+// bound.
+func chaosRequest(id string, r *rand.Rand, long bool) (events.RunRequest, RunPlan) {
 	md := map[string]string{
 		"emu_tokens":   strconv.Itoa(10 + r.IntN(50)),
 		"emu_token_ms": strconv.Itoa(10 + r.IntN(40)),
@@ -285,9 +278,7 @@ func chaosRequest(id string, r *rand.Rand, stalls, long bool) (events.RunRequest
 		md["emu_cancel_hang_ms"], plan.CancelFault = strconv.Itoa(int(d.Milliseconds())), d
 		generating(d + 5*time.Second)
 	case 6: // the stream goes silent: the idle timeout ends the run upstream_stalled
-		if stalls {
-			md["emu_silent_after"] = strconv.Itoa(2 + r.IntN(10))
-		}
+		md["emu_silent_after"] = strconv.Itoa(2 + r.IntN(10))
 	case 7: // the response stays queued past the queued timeout: upstream_queued
 		md["emu_queued_ms"] = strconv.Itoa(int((chaosQueued + time.Duration(1000+r.IntN(3000))*time.Millisecond).Milliseconds()))
 		md["emu_keepalive_ms"] = "1000" // a queued response is not a silent one

@@ -2,12 +2,9 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,17 +242,6 @@ func (f *faults) fillStore(ctx context.Context, r *rand.Rand) {
 		}
 		time.Sleep(200 * time.Millisecond) // try again
 	}
-}
-
-// workerHasFlag reports whether the foundryq worker knows --name (for a
-// flag another change adds).
-func workerHasFlag(t *testing.T, name string) bool {
-	out, err := exec.Command(foundryqBin, "worker", "--help").CombinedOutput()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("foundryq worker --help: %v", err)
-	}
-	return strings.Contains(string(out), "--"+name+" ")
 }
 
 // String lists the faults injected.
