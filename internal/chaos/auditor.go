@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -30,13 +31,60 @@ type Auditor struct {
 	names events.Names
 	emu   Emulator
 
-	mu   sync.Mutex
-	runs map[string]*runNotes
+	mu      sync.Mutex
+	runs    map[string]*runNotes
+	bounds  Bounds
+	outages []outage
 }
 
 // runNotes is what the test told the Auditor about one run.
 type runNotes struct {
 	acks []cancelAck
+	plan RunPlan
+}
+
+// RunPlan is what a test asked of a run that the deadline rules check.
+type RunPlan struct {
+	// SubmittedAt is when the submit was accepted.
+	SubmittedAt time.Time
+	// Timeout is the run's timeout_seconds; 0: the deadline rules do not
+	// apply.
+	Timeout time.Duration
+	// CancelFault is how long Foundry's cancel fails or hangs for this run
+	// (emu_cancel_fail_ms, emu_cancel_hang_ms): the owner retries it that
+	// long (at most Bounds.CancelConfirm) before the terminal event.
+	CancelFault time.Duration
+}
+
+// Bounds are the deadline rules' allowances.
+type Bounds struct {
+	// Terminal: a run with a timeout has its terminal event stored by
+	// SubmittedAt + Timeout + Terminal (plus the outages meanwhile, plus
+	// its CancelFault). The ack wait and a few seconds: with its owner
+	// dead, any worker enforces the deadline upstream and the terminal
+	// event comes at the redelivery.
+	Terminal time.Duration
+	// UpstreamCancel: a response still generating at the run's deadline
+	// has had a cancel call by the deadline + UpstreamCancel (plus the
+	// NATS outages meanwhile).
+	UpstreamCancel time.Duration
+	// CancelConfirm is the workers' bound on retrying Foundry's cancel
+	// (--cancel-confirm-timeout): it caps a run's CancelFault.
+	CancelConfirm time.Duration
+}
+
+// Outage kinds: what held runs back for a while, through no fault of the
+// workers'. The deadline rules extend their bounds by them.
+const (
+	OutageNATS      = "nats down"      // the NATS server was stopped
+	OutageStoreFull = "store full"     // JetStream refused writes
+	OutageCancel    = "foundry cancel" // Foundry's cancel failed or hung for every response
+	OutageBlackHole = "worker cut off" // a worker's NATS connection was black-holed (recorded, not an allowance)
+)
+
+type outage struct {
+	kind     string
+	from, to time.Time
 }
 
 // cancelAck is an acknowledged cancel, with the emulator's view of the
@@ -59,6 +107,85 @@ func (a *Auditor) Submitted(runID string) {
 	if a.runs[runID] == nil {
 		a.runs[runID] = &runNotes{}
 	}
+}
+
+// Planned records that runID was submitted, with what the deadline rules
+// check it against.
+func (a *Auditor) Planned(runID string, p RunPlan) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.runs[runID] == nil {
+		a.runs[runID] = &runNotes{}
+	}
+	a.runs[runID].plan = p
+}
+
+// SetBounds sets the deadline rules' allowances (call it before Audit).
+func (a *Auditor) SetBounds(b Bounds) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.bounds = b
+}
+
+// Outage records that, from from to to, runs were held back by kind (one
+// of the Outage constants).
+func (a *Auditor) Outage(kind string, from, to time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outages = append(a.outages, outage{kind, from, to})
+}
+
+// extend returns end moved on by the time the outages of the given kinds
+// (their union) took up between start and end, until the moved end takes
+// in no more.
+func extend(outages []outage, start, end time.Time, kinds ...string) time.Time {
+	base := end
+	for range len(outages) + 1 {
+		var ws []outage
+		for _, o := range outages {
+			if slices.Contains(kinds, o.kind) && o.to.After(start) && o.from.Before(end) {
+				o.from, o.to = maxTime(o.from, start), minTime(o.to, end)
+				ws = append(ws, o)
+			}
+		}
+		sort.Slice(ws, func(i, j int) bool { return ws[i].from.Before(ws[j].from) })
+		var took time.Duration
+		var cur outage
+		for i, w := range ws {
+			switch {
+			case i == 0:
+				cur = w
+			case w.from.After(cur.to):
+				took += cur.to.Sub(cur.from)
+				cur = w
+			case w.to.After(cur.to):
+				cur.to = w.to
+			}
+		}
+		if len(ws) > 0 {
+			took += cur.to.Sub(cur.from)
+		}
+		next := base.Add(took)
+		if next.Equal(end) {
+			break
+		}
+		end = next
+	}
+	return end
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // CancelAcknowledged records a cancel reply the client received for runID.
@@ -93,7 +220,7 @@ func (a *Auditor) RunIDs() []string {
 // without one).
 func (a *Auditor) WaitEnded(ctx context.Context) error {
 	for {
-		stored, err := a.stored(ctx)
+		stored, _, err := a.stored(ctx)
 		if err == nil {
 			open := 0
 			for _, id := range a.RunIDs() {
@@ -123,20 +250,29 @@ func hasTerminal(evs []events.RunEvent) bool {
 
 // Audit checks every submitted run and returns the Report.
 func (a *Auditor) Audit(ctx context.Context) (Report, error) {
-	stored, err := a.stored(ctx)
+	stored, ended, err := a.stored(ctx)
 	if err != nil {
 		return Report{}, err
 	}
 	stats := a.emu.Stats()
-	rep := Report{Failed: map[string]int{}, ToolCallsAfterCancel: int(stats.ToolCallsCompletedAfterCancel)}
+	rep := Report{Failed: map[string]int{}, CancelledBy: map[string]int{}, ToolCallsAfterCancel: int(stats.ToolCallsCompletedAfterCancel)}
 	a.mu.Lock()
 	notes := make(map[string]runNotes, len(a.runs))
 	for id, n := range a.runs {
 		notes[id] = *n
 	}
+	dl := deadlines{bounds: a.bounds, outages: slices.Clone(a.outages)}
 	a.mu.Unlock()
 	for _, id := range a.RunIDs() {
-		a.auditRun(&rep, id, stored[id], a.emu.Records(id), notes[id])
+		recs := a.emu.Records(id)
+		a.auditRun(&rep, id, stored[id], recs, notes[id])
+		if notes[id].plan.Timeout > 0 {
+			st, err := a.state(ctx, id)
+			if err != nil {
+				return Report{}, err
+			}
+			dl.audit(&rep, id, notes[id].plan, ended[id], st, recs)
+		}
 	}
 	sort.Strings(rep.Problems)
 	sort.Strings(rep.Failures)
@@ -182,6 +318,11 @@ func (a *Auditor) auditRun(rep *Report, id string, evs []events.RunEvent, recs [
 			rep.Completed++
 		case events.TypeRunCancelled:
 			rep.Cancelled++
+			rep.CancelledBy[terminal.Reason]++
+			if terminal.UpstreamStatus == events.UpstreamUnconfirmed {
+				rep.Unconfirmed++
+			}
+			ranOnUnreported(rep, id, terminal, recs, problem)
 		case events.TypeRunFailed:
 			code, msg := "?", ""
 			if terminal.Error != nil {
@@ -278,23 +419,25 @@ func clip(s string) string {
 
 // stored reads every event on the events stream, by run id, in stream
 // order, repeats included (a client's Watch drops repeated seqs: the
-// Auditor must see them).
-func (a *Auditor) stored(ctx context.Context) (map[string][]events.RunEvent, error) {
+// Auditor must see them), and when each run's first terminal event was
+// stored.
+func (a *Auditor) stored(ctx context.Context) (map[string][]events.RunEvent, map[string]time.Time, error) {
 	stream, err := a.js.Stream(ctx, a.names.EventsStream())
 	if err != nil {
-		return nil, fmt.Errorf("chaos: events stream: %w", err)
+		return nil, nil, fmt.Errorf("chaos: events stream: %w", err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: events stream info: %w", err)
+		return nil, nil, fmt.Errorf("chaos: events stream info: %w", err)
 	}
 	out := make(map[string][]events.RunEvent)
+	ended := make(map[string]time.Time)
 	if info.State.Msgs == 0 {
-		return out, nil
+		return out, ended, nil
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{a.names.EventsWildcard()}})
 	if err != nil {
-		return nil, fmt.Errorf("chaos: read events: %w", err)
+		return nil, nil, fmt.Errorf("chaos: read events: %w", err)
 	}
 	last := info.State.LastSeq
 	deadline := time.Now().Add(30 * time.Second)
@@ -303,7 +446,7 @@ func (a *Auditor) stored(ctx context.Context) (map[string][]events.RunEvent, err
 		// most up to the last sequence the stream had.
 		batch, err := cons.FetchNoWait(500)
 		if err != nil {
-			return nil, fmt.Errorf("chaos: read events: %w", err)
+			return nil, nil, fmt.Errorf("chaos: read events: %w", err)
 		}
 		n, done := 0, false
 		var bad error
@@ -323,19 +466,144 @@ func (a *Auditor) stored(ctx context.Context) (map[string][]events.RunEvent, err
 				bad = fmt.Errorf("chaos: event metadata: %w", err)
 				continue
 			}
+			if _, seen := ended[ev.RunID]; ev.Type.Terminal() && !seen {
+				ended[ev.RunID] = md.Timestamp
+			}
 			done = md.Sequence.Stream >= last
 		}
 		switch err := batch.Error(); {
 		case bad != nil:
-			return nil, bad
+			return nil, nil, bad
 		case done:
-			return out, nil
+			return out, ended, nil
 		case err != nil && !errors.Is(err, jetstream.ErrNoMessages):
-			return nil, fmt.Errorf("chaos: read events: %w", err)
+			return nil, nil, fmt.Errorf("chaos: read events: %w", err)
 		case n == 0 && time.Now().After(deadline):
-			return nil, fmt.Errorf("chaos: read events: nothing more after 30s, below stream seq %d", last)
+			return nil, nil, fmt.Errorf("chaos: read events: nothing more after 30s, below stream seq %d", last)
 		case n == 0:
 			time.Sleep(20 * time.Millisecond) // the consumer is being set up again (ordered consumers reset)
 		}
 	}
+}
+
+// state reads runID's state record; nil if there is none.
+func (a *Auditor) state(ctx context.Context, runID string) (*events.RunState, error) {
+	st, _, err := events.ReadState(ctx, a.js.Conn(), a.names.Bucket(), runID)
+	switch {
+	case errors.Is(err, events.ErrStateNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	return &st, nil
+}
+
+// ranOn reports whether a response's final status (as the emulator
+// records it) means it was not stopped: it generated to its end, or is
+// generating still.
+func ranOn(status string) bool {
+	switch status {
+	case "completed", "incomplete", "in_progress", "queued":
+		return true
+	}
+	return false
+}
+
+// ranOnUnreported checks a run.cancelled against the emulator: its
+// upstream_status is the response's final status, or "unconfirmed" with an
+// error object. A response that ran on while the run says otherwise counts
+// in RanOnUnreported; any other mismatch is a problem.
+func ranOnUnreported(rep *Report, id string, terminal *events.RunEvent, recs []foundrytest.ResponseRecord, problem func(string, ...any)) {
+	if len(recs) == 0 {
+		return
+	}
+	rec := recs[len(recs)-1]
+	if rec.Status == "" || terminal.UpstreamStatus == rec.Status {
+		return
+	}
+	if terminal.UpstreamStatus == events.UpstreamUnconfirmed && terminal.Error != nil {
+		return
+	}
+	if ranOn(rec.Status) {
+		rep.RanOnUnreported++
+		problem("run.cancelled (%s) says upstream_status %q but response %s ran on: %s with %d tokens",
+			terminal.Reason, terminal.UpstreamStatus, rec.ID, rec.Status, rec.Tokens)
+		return
+	}
+	problem("run.cancelled (%s) says upstream_status %q, the emulator's response %s is %s",
+		terminal.Reason, terminal.UpstreamStatus, rec.ID, rec.Status)
+}
+
+// deadlines checks the runs submitted with a timeout.
+type deadlines struct {
+	bounds  Bounds
+	outages []outage
+}
+
+// audit checks one run with a timeout: its terminal event stored in time
+// (LateTerminal), and a response still generating at the run's deadline
+// cancelled upstream in time (LateUpstreamCancel).
+func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time, st *events.RunState, recs []foundrytest.ResponseRecord) {
+	rep.WithTimeout++
+	problem := func(format string, args ...any) {
+		rep.Problems = append(rep.Problems, id+": "+fmt.Sprintf(format, args...))
+	}
+	// The terminal event, by submit + timeout + the bound, moved on by what
+	// held every run back meanwhile and by this run's own cancel fault.
+	due := plan.SubmittedAt.Add(plan.Timeout + d.bounds.Terminal + min(plan.CancelFault, d.bounds.CancelConfirm))
+	due = extend(d.outages, plan.SubmittedAt, due, OutageNATS, OutageStoreFull, OutageCancel)
+	if after := endedAt.Sub(plan.SubmittedAt.Add(plan.Timeout)); !endedAt.IsZero() && after > rep.TerminalAfterTimeout {
+		rep.TerminalAfterTimeout = after
+		rep.TerminalAfterTimeoutOf = fmt.Sprintf(": %s, allowed %s", id, due.Sub(plan.SubmittedAt.Add(plan.Timeout)).Round(time.Millisecond))
+	}
+	switch {
+	case endedAt.IsZero():
+		rep.LateTerminal++
+		problem("timeout %s: no terminal event (due %s after the submit)", plan.Timeout, due.Sub(plan.SubmittedAt).Round(time.Millisecond))
+	case endedAt.After(due):
+		rep.LateTerminal++
+		problem("timeout %s: terminal event stored %s after the submit, due within %s", plan.Timeout,
+			endedAt.Sub(plan.SubmittedAt).Round(time.Millisecond), due.Sub(plan.SubmittedAt).Round(time.Millisecond))
+	}
+	// The response, stopped upstream by the deadline + the bound if it was
+	// generating still. The deadline is the one the workers recorded, else
+	// counted from the run's start, else from the submit.
+	deadline := plan.SubmittedAt.Add(plan.Timeout)
+	switch {
+	case st != nil && st.Deadline != nil:
+		deadline = *st.Deadline
+	case st != nil && st.StartedAt != nil:
+		deadline = st.StartedAt.Add(plan.Timeout)
+	}
+	limit := extend(d.outages, deadline, deadline.Add(d.bounds.UpstreamCancel), OutageNATS)
+	for _, rec := range recs {
+		called := cancelCalledAt(rec)
+		if !called.IsZero() && (rec.FinishedAt.IsZero() || rec.FinishedAt.After(deadline)) {
+			rep.CancelAfterDeadline = max(rep.CancelAfterDeadline, called.Sub(deadline))
+		}
+		if !rec.FinishedAt.IsZero() && !rec.FinishedAt.After(limit) {
+			continue // it ended by then
+		}
+		if !called.IsZero() && !called.After(limit) {
+			continue
+		}
+		rep.LateUpstreamCancel++
+		when := "never"
+		if !called.IsZero() {
+			when = called.Sub(deadline).Round(time.Millisecond).String() + " after the deadline"
+		}
+		problem("timeout %s: response %s (%s, %d tokens) still generating %s after the deadline; first cancel call %s",
+			plan.Timeout, rec.ID, rec.Status, rec.Tokens, limit.Sub(deadline).Round(time.Millisecond), when)
+		return
+	}
+}
+
+// cancelCalledAt is when Foundry's cancel was first called for rec,
+// whatever its answer (a cancel that failed or hung was still asked for
+// in time); zero if never.
+func cancelCalledAt(rec foundrytest.ResponseRecord) time.Time {
+	if !rec.FirstCancelCallAt.IsZero() {
+		return rec.FirstCancelCallAt
+	}
+	return rec.CancelledAt
 }

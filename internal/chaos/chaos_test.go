@@ -29,14 +29,33 @@ import (
 var chaosModes = map[string]struct {
 	duration time.Duration
 	minRuns  int
+	maxStore int64 // the embedded NATS server's JetStream file store cap
 }{
-	"short": {50 * time.Second, 200},
-	"long":  {10 * time.Minute, 2000},
+	"short": {50 * time.Second, 200, 64 << 20},
+	"long":  {10 * time.Minute, 2000, 256 << 20},
 }
 
 // chaosAckWait is the job lease of the chaos run: a SIGSTOPped worker
 // loses its runs after it.
 const chaosAckWait = 3 * time.Second
+
+// Worker settings of the chaos run, short enough that what they bound
+// happens within it.
+const (
+	chaosCancelConfirm = 20 * time.Second // --cancel-confirm-timeout: the bound on retrying Foundry's cancel
+	chaosQueued        = 5 * time.Second  // --queued-timeout
+	chaosStoreFull     = 5 * time.Second  // --store-full-timeout
+	chaosStreamIdle    = 3 * time.Second  // --foundry-stream-idle-timeout
+)
+
+// chaosDrain bounds the wait for every run to end once the faults are
+// over: the longest run (a timeout, a cancel Foundry never confirms)
+// ends well within it.
+const chaosDrain = 75 * time.Second
+
+// fillSubject is the subject of the filler stream that fills JetStream's
+// store (not one of foundryq's).
+const fillSubject = "chaosfill.x"
 
 // foundryqBin is the foundryq binary TestMain builds when FOUNDRYQ_CHAOS is
 // set.
@@ -46,10 +65,19 @@ var foundryqBin string
 // processes SIGKILLed, SIGSTOPped past their lease then SIGCONTed, and
 // SIGTERMed (hand-offs); NATS restarted; upstream 429s (a throttle, and
 // transient ones per run), transient and permanent 5xx on create, stream
-// cuts, slow creates; cancels at random moments. Then every run is
-// audited and the table printed; any lost or repeated token, extra
-// upstream response, run without a terminal event, token or tool call
-// after a cancel, or malformed event stream fails it.
+// cuts, slow creates; cancels at random moments; Foundry's cancel failing
+// or hanging for a few seconds (for every response, and per run); a worker
+// cut off from NATS (a black hole) past its lease while cancels arrive;
+// JetStream's store filled past the workers' store-full timeout, then
+// freed; upstream stalls (a silent stream, a response stuck queued); runs
+// with a short timeout_seconds whose stream would outlast it. Each kind of
+// fault comes once, in a random order, then they come at random. Then
+// every run is audited and the table printed; any lost or repeated token,
+// extra upstream response, run without a terminal event, token or tool
+// call after a cancel, malformed event stream, cancelled run whose
+// response ran on unreported, run whose terminal event came too long after
+// its timeout, or response cancelled upstream too long after its run's
+// deadline fails it.
 //
 //	FOUNDRYQ_CHAOS=short go test -race -count=1 -v -run Chaos ./internal/chaos/
 func TestChaos(t *testing.T) {
@@ -66,7 +94,7 @@ func TestChaos(t *testing.T) {
 	}
 	const apiKey = "chaos-key"
 	s, err := devstack.Start(t.Context(), devstack.Config{
-		NATS:     natsembed.Config{StoreDir: t.TempDir()},
+		NATS:     natsembed.Config{StoreDir: t.TempDir(), MaxStore: mode.maxStore},
 		Connect:  reconnecting,
 		Emulator: foundrytest.Config{APIKey: apiKey},
 		Worker:   consumer.Config{Provision: consumer.ProvisionConfig{AckWait: chaosAckWait}},
@@ -85,6 +113,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := NewAuditor(js, s.Client.Names(), s.Emulator)
+	a.SetBounds(Bounds{Terminal: chaosAckWait + 5*time.Second, UpstreamCancel: 3 * time.Second, CancelConfirm: chaosCancelConfirm})
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("FOUNDRYQ_CHAOS_SEED"); v != "" {
 		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
@@ -92,15 +121,31 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (FOUNDRYQ_CHAOS_SEED replays the same requests and faults; their timing differs)", seed)
-	fleet := &fleet{t: t, bin: foundryqBin, logDir: logDir, rng: rand.New(rand.NewPCG(seed, 3)), args: []string{
-		"worker", "--nats-url", s.NATS.ClientURL(), "--foundry-endpoint", s.Emulator.BaseURL(),
+	// One worker reaches NATS through a proxy that can cut it off.
+	proxy, err := NewProxy(strings.TrimPrefix(s.NATS.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{
+		"worker", "--foundry-endpoint", s.Emulator.BaseURL(),
 		"--http-addr", "", "--ack-wait", chaosAckWait.String(), "--retry-delay", "200ms",
 		"--shutdown-timeout", "5s", "--cancel-audit-delay", "-1s", "--log-level", "warn",
-	}, env: append(os.Environ(), "FOUNDRY_API_KEY="+apiKey)}
-	t.Cleanup(fleet.stopAll)
+		"--cancel-confirm-timeout", chaosCancelConfirm.String(), "--queued-timeout", chaosQueued.String(),
+		"--store-full-timeout", chaosStoreFull.String(), "--foundry-stream-idle-timeout", chaosStreamIdle.String(),
+	}
+	fleet := &fleet{t: t, bin: foundryqBin, logDir: logDir, rng: rand.New(rand.NewPCG(seed, 3)),
+		url: s.NATS.ClientURL(), args: args, env: append(os.Environ(), "FOUNDRY_API_KEY="+apiKey)}
+	t.Cleanup(func() {
+		proxy.Resume() // a worker cut off when the test stopped hands its runs off too
+		fleet.stopAll()
+		_ = proxy.Close()
+	})
 	for range 3 {
 		fleet.start()
 	}
+	cutOff := fleet.startProxied("nats://" + proxy.Addr())
+	faults := newFaults(t, s, js, a, proxy, cutOff)
+	faults.createFiller(t.Context())
 
 	ctx, cancel := context.WithTimeout(t.Context(), mode.duration+5*time.Minute)
 	defer cancel()
@@ -108,6 +153,13 @@ func TestChaos(t *testing.T) {
 	// Runs and cancels, until the end of the fault period and at least
 	// minRuns runs.
 	var wg sync.WaitGroup
+	faults.cancel = func(id string, delay time.Duration) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cancelLater(ctx, t, s.Client, a, id, delay)
+		}()
+	}
 	faultsEnd := time.Now().Add(mode.duration)
 	interval := mode.duration / time.Duration(mode.minRuns+mode.minRuns/4)
 	submitted := 0
@@ -117,20 +169,23 @@ func TestChaos(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 1))
 		for i := 0; time.Now().Before(faultsEnd) || i < mode.minRuns; i++ {
 			id := fmt.Sprintf("chaos-%04d", i)
-			req := chaosRequest(id, r)
+			// A run that may end only when Foundry's cancel has failed for
+			// the whole cancel bound is not started near the end.
+			long := time.Until(faultsEnd) > chaosCancelConfirm
+			req, plan := chaosRequest(id, r, long)
 			if err := submit(ctx, s.Client, req); err != nil {
 				t.Errorf("submit %s: %v", id, err)
 				return
 			}
-			a.Submitted(id)
+			plan.SubmittedAt = time.Now()
+			a.Planned(id, plan)
+			faults.submitted(id)
 			submitted++
-			if r.IntN(5) == 0 { // a fifth of the runs are cancelled at a random moment
-				delay := time.Duration(r.IntN(3000)) * time.Millisecond
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					cancelLater(ctx, t, s.Client, a, id, delay)
-				}()
+			switch {
+			case plan.CancelFault > 0: // a cancel fault is for a run that is cancelled
+				faults.cancel(id, time.Duration(200+r.IntN(1500))*time.Millisecond)
+			case r.IntN(5) == 0: // a fifth of the others are cancelled at a random moment
+				faults.cancel(id, time.Duration(r.IntN(3000))*time.Millisecond)
 			}
 			select {
 			case <-ctx.Done():
@@ -140,41 +195,24 @@ func TestChaos(t *testing.T) {
 		}
 	}()
 
-	// Faults.
-	faults := map[string]int{}
+	// Faults: each kind once, in a random order, then at random.
 	fr := rand.New(rand.NewPCG(seed, 2))
+	order := fr.Perm(faultKinds)
 	for time.Now().Before(faultsEnd) {
-		switch k := fr.IntN(6); k {
-		case 0:
-			faults["worker SIGKILL"]++
-			fleet.kill()
-			fleet.start()
-		case 1:
-			faults["worker SIGSTOP past the lease, SIGCONT"]++
-			fleet.pause(chaosAckWait + time.Duration(500+fr.IntN(2000))*time.Millisecond)
-		case 2:
-			faults["worker SIGTERM (hand-off)"]++
-			fleet.term()
-			fleet.start()
-		case 3:
-			faults["NATS restart"]++
-			s.NATS.Stop()
-			time.Sleep(time.Duration(200+fr.IntN(1500)) * time.Millisecond) // the outage
-			if err := s.NATS.Restart(); err != nil {
-				t.Fatalf("restart NATS: %v", err)
-			}
-		case 4:
-			faults["upstream throttle (429 on every create)"]++
-			s.Emulator.Throttle(time.Duration(500+fr.IntN(2000))*time.Millisecond, 500*time.Millisecond)
-		case 5:
-			faults["calm"]++
+		k := fr.IntN(faultKinds)
+		if len(order) > 0 {
+			k, order = order[0], order[1:]
 		}
+		faults.inject(ctx, k, fleet, fr)
 		time.Sleep(time.Duration(1000+fr.IntN(2000)) * time.Millisecond) // between faults
 	}
 	wg.Wait()
-	t.Logf("faults: %v; %d runs submitted", faults, submitted)
-	if err := a.WaitEnded(ctx); err != nil {
+	t.Logf("faults: %s; %d runs submitted", faults, submitted)
+	wctx, wcancel := context.WithTimeout(ctx, chaosDrain)
+	defer wcancel()
+	if err := a.WaitEnded(wctx); err != nil {
 		t.Error(err)
+		diagnose(t, s, js, a)
 	}
 	rep, err := a.Audit(context.Background())
 	if err != nil {
@@ -190,8 +228,11 @@ func TestChaos(t *testing.T) {
 }
 
 // chaosRequest is a streaming run with a random length and, for some, an
-// upstream fault of the emulator's.
-func chaosRequest(id string, r *rand.Rand) events.RunRequest {
+// upstream fault of the emulator's, a short timeout, or a Foundry cancel
+// that fails or hangs for a while; with the plan the Auditor checks it
+// against (all but SubmittedAt). long: the run may take the whole cancel
+// bound.
+func chaosRequest(id string, r *rand.Rand, long bool) (events.RunRequest, RunPlan) {
 	md := map[string]string{
 		"emu_tokens":   strconv.Itoa(10 + r.IntN(50)),
 		"emu_token_ms": strconv.Itoa(10 + r.IntN(40)),
@@ -214,7 +255,35 @@ func chaosRequest(id string, r *rand.Rand) events.RunRequest {
 			md["emu_create_status"] = "500"
 		}
 	}
-	return events.RunRequest{RunID: id, Model: "gpt-chaos", Input: json.RawMessage(`"chaos"`), Metadata: md, Tools: tools}
+	req := events.RunRequest{RunID: id, Model: "gpt-chaos", Input: json.RawMessage(`"chaos"`), Metadata: md, Tools: tools}
+	var plan RunPlan
+	generating := func(d time.Duration) { // a stream that lasts about d
+		md["emu_token_ms"] = "50"
+		md["emu_tokens"] = strconv.Itoa(int(d / (50 * time.Millisecond)))
+	}
+	switch r.IntN(20) {
+	case 0, 1, 2: // a short timeout, and a stream that would outlast it
+		t := 5 + r.IntN(6)
+		req.TimeoutSeconds, plan.Timeout = t, time.Duration(t)*time.Second
+		generating(plan.Timeout + 10*time.Second)
+	case 3, 4: // Foundry's cancel fails for a while (the run is cancelled)
+		d := time.Duration(1000+r.IntN(5000)) * time.Millisecond
+		if long && r.IntN(3) == 0 { // longer than the cancel bound: unconfirmed
+			d = chaosCancelConfirm + 5*time.Second
+		}
+		md["emu_cancel_fail_ms"], plan.CancelFault = strconv.Itoa(int(d.Milliseconds())), d
+		generating(d + 5*time.Second)
+	case 5: // Foundry's cancel hangs for a while (the run is cancelled)
+		d := time.Duration(1000+r.IntN(5000)) * time.Millisecond
+		md["emu_cancel_hang_ms"], plan.CancelFault = strconv.Itoa(int(d.Milliseconds())), d
+		generating(d + 5*time.Second)
+	case 6: // the stream goes silent: the idle timeout ends the run upstream_stalled
+		md["emu_silent_after"] = strconv.Itoa(2 + r.IntN(10))
+	case 7: // the response stays queued past the queued timeout: upstream_queued
+		md["emu_queued_ms"] = strconv.Itoa(int((chaosQueued + time.Duration(1000+r.IntN(3000))*time.Millisecond).Milliseconds()))
+		md["emu_keepalive_ms"] = "1000" // a queued response is not a silent one
+	}
+	return req, plan
 }
 
 // cancelLater cancels runID after delay and tells the Auditor what the
@@ -241,15 +310,18 @@ func cancelLater(ctx context.Context, t *testing.T, c *events.Client, a *Auditor
 type fleet struct {
 	t      *testing.T
 	bin    string
+	url    string // NATS
 	args   []string
 	env    []string
 	logDir string
 	rng    *rand.Rand // picks the worker a fault hits (used by the fault loop only)
 
-	mu    sync.Mutex
-	n     int // workers started so far
-	procs []*exec.Cmd
-	waits []chan error
+	mu      sync.Mutex
+	n       int // workers started so far
+	procs   []*exec.Cmd
+	waits   []chan error
+	proxied *exec.Cmd // the worker that reaches NATS through the Proxy; no signal fault hits it
+	pwait   chan error
 }
 
 // start starts one more worker process.
@@ -257,12 +329,28 @@ func (f *fleet) start() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n++
-	id := fmt.Sprintf("chaos-w%d", f.n)
+	cmd, done := f.spawn(fmt.Sprintf("chaos-w%d", f.n), f.url)
+	f.procs = append(f.procs, cmd)
+	f.waits = append(f.waits, done)
+}
+
+// startProxied starts the worker that reaches NATS at url (the Proxy) and
+// returns its id.
+func (f *fleet) startProxied(url string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	const id = "chaos-cut1"
+	f.proxied, f.pwait = f.spawn(id, url)
+	return id
+}
+
+// spawn starts a worker process with id, connecting to NATS at url.
+func (f *fleet) spawn(id, url string) (*exec.Cmd, chan error) {
 	log, err := os.Create(filepath.Join(f.logDir, id+".log"))
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cmd := exec.Command(f.bin, append(append([]string{}, f.args...), "--worker-id", id)...)
+	cmd := exec.Command(f.bin, append(append([]string{}, f.args...), "--nats-url", url, "--worker-id", id)...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = f.env, log, log
 	if err := cmd.Start(); err != nil {
 		f.t.Fatalf("start worker %s: %v", id, err)
@@ -272,8 +360,7 @@ func (f *fleet) start() {
 		done <- cmd.Wait()
 		_ = log.Close()
 	}()
-	f.procs = append(f.procs, cmd)
-	f.waits = append(f.waits, done)
+	return cmd, done
 }
 
 // take removes a random running worker from the fleet.
@@ -323,6 +410,14 @@ func (f *fleet) reap(cmd *exec.Cmd, done chan error, limit time.Duration) {
 
 // stopAll SIGTERMs every worker and waits for it.
 func (f *fleet) stopAll() {
+	f.mu.Lock()
+	cmd, done := f.proxied, f.pwait
+	f.proxied = nil
+	f.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		f.reap(cmd, done, 30*time.Second)
+	}
 	for {
 		f.mu.Lock()
 		n := len(f.procs)

@@ -262,7 +262,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 func diagnose(t *testing.T, s *devstack.Stack, js jetstream.JetStream, a *Auditor) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stored, err := a.stored(ctx)
+	stored, _, err := a.stored(ctx)
 	if err != nil {
 		t.Logf("diagnose: %v", err)
 		return

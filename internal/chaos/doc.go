@@ -1,8 +1,11 @@
 // Package chaos checks foundryq's promises under faults: every run ends
 // with exactly one terminal event, its events have contiguous seqs, the
 // text relayed is the text Foundry generated (no token lost, none
-// repeated), each run has at most one upstream response, and no token or
-// tool call is generated after a cancel was acknowledged.
+// repeated), each run has at most one upstream response, no token or
+// tool call is generated after a cancel was acknowledged, a cancelled run
+// whose response ran on upstream says so (upstream_status), and a run
+// with a timeout ends, and its response is cancelled upstream, within a
+// bound of its deadline.
 //
 // The Auditor reads what a test left behind (every event stored on the
 // events stream, the Foundry emulator's per-response records and counters)
@@ -15,8 +18,10 @@
 //     follow the runs must see no gap and no duplicate.
 //   - TestChaos (FOUNDRYQ_CHAOS=short, about a minute, or long): foundryq
 //     worker processes are SIGKILLed, SIGSTOPped past their lease and
-//     SIGCONTed, SIGTERMed (hand-offs), NATS is restarted, the emulator
-//     answers creates with 429 and 5xx, cuts streams, holds creates back,
-//     and clients cancel runs at random moments. Without FOUNDRYQ_CHAOS it
-//     skips.
+//     SIGCONTed, SIGTERMed (hand-offs), one is cut off from NATS through a
+//     black-holing Proxy, NATS is restarted, its store is filled and
+//     freed, the emulator answers creates with 429 and 5xx, cuts streams,
+//     holds creates back, stalls, fails and hangs cancels, and clients
+//     cancel runs at random moments; some runs have a short timeout.
+//     Without FOUNDRYQ_CHAOS it skips.
 package chaos

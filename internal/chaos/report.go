@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Report is what an audit found. The figures that must be zero are
 // LostTokens, DuplicateTokens, ExtraUpstreamResponses, NoTerminal,
-// TokensAfterCancel + ToolCallsAfterCancel, and Malformed.
+// TokensAfterCancel + ToolCallsAfterCancel, Malformed, RanOnUnreported,
+// LateTerminal and LateUpstreamCancel.
 type Report struct {
 	// Submitted is the number of runs audited.
 	Submitted int
@@ -33,6 +35,30 @@ type Report struct {
 	// Malformed counts runs whose stored events are not seqs 1..n with
 	// exactly one terminal event, last.
 	Malformed int
+	// CancelledBy counts the cancelled runs by reason (requested, timeout,
+	// abandoned); Unconfirmed those whose cancel Foundry never confirmed
+	// (upstream_status unconfirmed).
+	CancelledBy map[string]int
+	Unconfirmed int
+	// RanOnUnreported counts cancelled runs whose response ran on upstream
+	// (the emulator's final status completed, incomplete, or unfinished)
+	// while their run.cancelled says otherwise: its upstream_status must be
+	// that status, or "unconfirmed" with an error.
+	RanOnUnreported int
+	// WithTimeout counts the runs submitted with a timeout_seconds the
+	// deadline rules check; LateTerminal those whose terminal event was not
+	// stored by submit + timeout + the bound; LateUpstreamCancel those whose
+	// response was still generating past the deadline + the bound without
+	// a cancel call.
+	WithTimeout, LateTerminal, LateUpstreamCancel int
+	// TerminalAfterTimeout is the longest a terminal event of a run with a
+	// timeout was stored after submit + timeout; CancelAfterDeadline the
+	// longest after a run's deadline that the first cancel call reached a
+	// response still generating then (the margins the two rules leave).
+	TerminalAfterTimeout, CancelAfterDeadline time.Duration
+	// TerminalAfterTimeoutOf names the run of TerminalAfterTimeout and what
+	// its bound allowed it (after submit + timeout).
+	TerminalAfterTimeoutOf string
 	// Problems names every run that broke a promise, and how.
 	Problems []string
 	// Failures names every failed run with its error code and message (a
@@ -44,7 +70,7 @@ type Report struct {
 func (r Report) OK() bool {
 	return r.LostTokens == 0 && r.DuplicateTokens == 0 && r.ExtraUpstreamResponses == 0 &&
 		r.NoTerminal == 0 && r.TokensAfterCancel+r.ToolCallsAfterCancel == 0 && r.Malformed == 0 &&
-		len(r.Problems) == 0
+		r.RanOnUnreported == 0 && r.LateTerminal == 0 && r.LateUpstreamCancel == 0 && len(r.Problems) == 0
 }
 
 // FailedTotal is the number of failed runs.
@@ -59,25 +85,17 @@ func (r Report) FailedTotal() int {
 // Table renders the report as the table the README shows.
 func (r Report) Table() string {
 	var b strings.Builder
-	row := func(k string, v any) { fmt.Fprintf(&b, "| %-40s | %v |\n", k, v) }
-	fmt.Fprintf(&b, "| %-40s | %s |\n|%s|---|\n", "", "runs", strings.Repeat("-", 42))
+	row := func(k string, v any) { fmt.Fprintf(&b, "| %-60s | %v |\n", k, v) }
+	fmt.Fprintf(&b, "| %-60s | %s |\n|%s|---|\n", "", "runs", strings.Repeat("-", 62))
 	row("submitted", r.Submitted)
 	row("completed", r.Completed)
-	codes := make([]string, 0, len(r.Failed))
-	for c := range r.Failed {
-		codes = append(codes, c)
+	row("failed (by code)", fmt.Sprint(r.FailedTotal())+byKey(r.Failed, ""))
+	unconfirmed := ""
+	if r.Unconfirmed > 0 {
+		unconfirmed = fmt.Sprintf("unconfirmed %d", r.Unconfirmed)
 	}
-	sort.Strings(codes)
-	by := make([]string, len(codes))
-	for i, c := range codes {
-		by[i] = fmt.Sprintf("%s %d", c, r.Failed[c])
-	}
-	failed := fmt.Sprint(r.FailedTotal())
-	if len(by) > 0 {
-		failed += " (" + strings.Join(by, ", ") + ")"
-	}
-	row("failed (by code)", failed)
-	row("cancelled", r.Cancelled)
+	row("cancelled (by reason)", fmt.Sprint(r.Cancelled)+byKey(r.CancelledBy, unconfirmed))
+	row("with a short timeout_seconds", r.WithTimeout)
 	row("lost tokens", r.LostTokens)
 	row("duplicate tokens", r.DuplicateTokens)
 	row("extra upstream responses", r.ExtraUpstreamResponses)
@@ -85,5 +103,38 @@ func (r Report) Table() string {
 	row("tokens and tool calls after a cancel", fmt.Sprintf("%d (%d tokens, %d tool calls)",
 		r.TokensAfterCancel+r.ToolCallsAfterCancel, r.TokensAfterCancel, r.ToolCallsAfterCancel))
 	row("malformed event streams", r.Malformed)
+	row("cancelled runs whose response ran on without being reported", r.RanOnUnreported)
+	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after submit + timeout%s)",
+		r.LateTerminal, r.TerminalAfterTimeout.Round(time.Millisecond), r.TerminalAfterTimeoutOf))
+	row("timed-out runs cancelled upstream late", fmt.Sprintf("%d (latest first cancel call %s after the deadline)",
+		r.LateUpstreamCancel, r.CancelAfterDeadline.Round(time.Millisecond)))
 	return b.String()
+}
+
+// byKey renders m as " (k1 n1, k2 n2; extra)", keys sorted; "" if empty.
+func byKey(m map[string]int, extra string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			parts[i] = fmt.Sprintf("? %d", m[k])
+			continue
+		}
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	s := strings.Join(parts, ", ")
+	if extra != "" {
+		if s != "" {
+			s += "; "
+		}
+		s += extra
+	}
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }
