@@ -524,6 +524,13 @@ func ranOnUnreported(rep *Report, id string, terminal *events.RunEvent, recs []f
 	if terminal.UpstreamStatus == events.UpstreamUnconfirmed && terminal.Error != nil {
 		return
 	}
+	if terminal.UpstreamStatus == events.UpstreamUnknown && terminal.ResponseID == "" {
+		// The create's response id never reached a worker (one was killed
+		// between the create and saving the id): the run says it cannot
+		// know, which is the truth, and Foundry has no look-up by metadata.
+		rep.UnknownUpstream++
+		return
+	}
 	if ranOn(rec.Status) {
 		rep.RanOnUnreported++
 		problem("run.cancelled (%s) says upstream_status %q but response %s ran on: %s with %d tokens",

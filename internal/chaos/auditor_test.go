@@ -196,6 +196,7 @@ func TestAuditorDeadlineRules(t *testing.T) {
 		"ranon-unconf-ok":   {"completed", "unconfirmed", unconfirmed},
 		"stopped":           {"cancelled", "cancelled", nil},
 		"stopped-wrong":     {"cancelled", "completed", nil}, // a problem, not a ran-on
+		"ranon-unknown":     {"completed", "unknown", nil},   // no response id ever reached a worker: said so
 	} {
 		a.Submitted(id)
 		emu.recs[id] = rec(c.status, now, now)
@@ -247,6 +248,9 @@ func TestAuditorDeadlineRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s\n%s", rep.Table(), strings.Join(rep.Problems, "\n"))
+	if rep.UnknownUpstream != 1 {
+		t.Errorf("upstream unknown %d, want 1", rep.UnknownUpstream)
+	}
 	if rep.RanOnUnreported != 4 || rep.LateTerminal != 2 || rep.LateUpstreamCancel != 2 || rep.WithTimeout != 8 {
 		t.Errorf("ran on unreported %d, late terminal %d, late upstream cancel %d, with a timeout %d; want 4, 2, 2, 8",
 			rep.RanOnUnreported, rep.LateTerminal, rep.LateUpstreamCancel, rep.WithTimeout)

@@ -40,6 +40,10 @@ type Report struct {
 	// (upstream_status unconfirmed).
 	CancelledBy map[string]int
 	Unconfirmed int
+	// UnknownUpstream counts cancelled runs whose response id never reached
+	// a worker (upstream_status unknown): Foundry cannot be asked about
+	// such a response, which is outside the guarantees and said so.
+	UnknownUpstream int
 	// RanOnUnreported counts cancelled runs whose response ran on upstream
 	// (the emulator's final status completed, incomplete, or unfinished)
 	// while their run.cancelled says otherwise: its upstream_status must be
@@ -93,6 +97,9 @@ func (r Report) Table() string {
 	unconfirmed := ""
 	if r.Unconfirmed > 0 {
 		unconfirmed = fmt.Sprintf("unconfirmed %d", r.Unconfirmed)
+	}
+	if r.UnknownUpstream > 0 {
+		unconfirmed = strings.TrimPrefix(unconfirmed+fmt.Sprintf(", upstream unknown %d", r.UnknownUpstream), ", ")
 	}
 	row("cancelled (by reason)", fmt.Sprint(r.Cancelled)+byKey(r.CancelledBy, unconfirmed))
 	row("with a short timeout_seconds", r.WithTimeout)
