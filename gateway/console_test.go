@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foundryq/foundryq/internal/gateway"
+	"github.com/foundryq/foundryq/gateway"
 )
 
 func TestConsoleFiles(t *testing.T) {

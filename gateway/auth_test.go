@@ -15,7 +15,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/gateway"
+	"github.com/foundryq/foundryq/gateway"
 )
 
 // startAccountsServer runs a NATS server with two accounts, A and B (users

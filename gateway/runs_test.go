@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/gateway"
+	"github.com/foundryq/foundryq/gateway"
 )
 
 func TestCreateRun(t *testing.T) {

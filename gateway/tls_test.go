@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/gateway"
+	"github.com/foundryq/foundryq/gateway"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key, and returns

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/gateway"
+	"github.com/foundryq/foundryq/gateway"
 )
 
 var testSecret = []byte("0123456789abcdef-test-secret")

@@ -28,7 +28,7 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/gateway"
+	"github.com/foundryq/foundryq/gateway"
 )
 
 // BenchmarkGatewayAddedLatency runs many runs streaming 20 tokens/s each
@@ -48,7 +48,7 @@ import (
 // max of that difference over the events published after both watchers
 // were attached.
 //
-//	go test -run '^$' -bench GatewayAddedLatency -benchtime 1x ./internal/gateway/
+//	go test -run '^$' -bench GatewayAddedLatency -benchtime 1x ./gateway/
 //
 // FOUNDRYQ_GATEWAY_BENCH_RUNS (default 1000) and FOUNDRYQ_GATEWAY_BENCH_TOKENS
 // (default 100, i.e. 5 s per run) change the load. The NATS watcher is, by
