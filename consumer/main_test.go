@@ -14,10 +14,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
@@ -80,15 +80,7 @@ func setup(t *testing.T, opts ...envOpt) *env {
 		scfg.NATS = *cfg.nats
 		scfg.NATS.StoreDir = t.TempDir()
 	}
-	s, err := devstack.Start(t.Context(), scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
-	})
+	s := devstack.StartT(t, scfg)
 	js, err := jetstream.New(s.Conn)
 	if err != nil {
 		t.Fatal(err)

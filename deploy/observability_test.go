@@ -24,8 +24,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/devstack"
 )
 
 // alertRules is the part of a Prometheus rule file the test reads.

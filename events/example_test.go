@@ -8,8 +8,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/devstack"
 )
 
 func ExampleNames() {

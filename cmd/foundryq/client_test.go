@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
@@ -76,15 +76,7 @@ func standIn(t *testing.T, nc *nats.Conn, names events.Names, reply *events.Canc
 func TestCancelCommandUnconfirmed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := devstack.Start(ctx, devstack.Config{NATS: natsembed.Config{StoreDir: t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
-	})
+	s := devstack.StartT(t, devstack.Config{NATS: natsembed.Config{StoreDir: t.TempDir()}})
 	url := s.NATS.ClientURL()
 	names := s.Client.Names()
 

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/devstack"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/foundryq/foundryq/consumer"
-	"github.com/foundryq/foundryq/internal/devstack"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 

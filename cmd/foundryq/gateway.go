@@ -13,8 +13,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/gateway"
-	"github.com/foundryq/foundryq/internal/devstack"
 )
 
 // gatewayFlags are the settings of `foundryq gateway`.

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
@@ -27,20 +27,12 @@ func runsStack(t *testing.T) (*devstack.Stack, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := devstack.Start(ctx, devstack.Config{
+	s := devstack.StartT(t, devstack.Config{
 		NATS:     natsembed.Config{StoreDir: t.TempDir()},
 		Emulator: foundrytest.Config{APIKey: "k", DefaultTokenDelay: time.Millisecond},
 		Workers:  1,
 		Worker:   consumer.Config{WorkerID: "w1"},
 		Client:   events.ClientConfig{CancelTimeout: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
 	})
 	req := func(id string, md map[string]string) events.RunRequest {
 		return events.RunRequest{RunID: id, Model: "m", Input: json.RawMessage(`"tell me a story"`), Metadata: md}
@@ -286,15 +278,7 @@ func TestRunRowNotes(t *testing.T) {
 func TestRunsCommandCancellingAndStalled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := devstack.Start(ctx, devstack.Config{NATS: natsembed.Config{StoreDir: t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
-	})
+	s := devstack.StartT(t, devstack.Config{NATS: natsembed.Config{StoreDir: t.TempDir()}})
 	js, err := jetstream.New(s.Conn)
 	if err != nil {
 		t.Fatal(err)

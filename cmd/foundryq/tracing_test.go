@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/foundryq/foundryq/internal/devstack"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 

@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
@@ -93,20 +93,12 @@ func TestChaos(t *testing.T) {
 		logDir = dir
 	}
 	const apiKey = "chaos-key"
-	s, err := devstack.Start(t.Context(), devstack.Config{
+	s := devstack.StartT(t, devstack.Config{
 		NATS:     natsembed.Config{StoreDir: t.TempDir(), MaxStore: mode.maxStore},
 		Connect:  reconnecting,
 		Emulator: foundrytest.Config{APIKey: apiKey},
 		Worker:   consumer.Config{Provision: consumer.ProvisionConfig{AckWait: chaosAckWait}},
 		Client:   events.ClientConfig{CancelTimeout: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
 	})
 	js, err := jetstream.New(s.Conn)
 	if err != nil {

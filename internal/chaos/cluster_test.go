@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/retry"
 )
@@ -51,7 +51,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 }
 
 func leaderLoss(t *testing.T, kills []string, perKill int) {
-	s, err := devstack.Start(t.Context(), devstack.Config{
+	s := devstack.StartT(t, devstack.Config{
 		Cluster: &natsembed.ClusterConfig{StoreDir: t.TempDir()},
 		Connect: reconnecting,
 		Workers: 2,
@@ -64,14 +64,6 @@ func leaderLoss(t *testing.T, kills []string, perKill int) {
 			AckWait: 10 * time.Second,
 		}},
 		Client: events.ClientConfig{CancelTimeout: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
 	})
 	js, err := jetstream.New(s.Conn)
 	if err != nil {

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/devstack"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
@@ -37,20 +37,12 @@ func TestCancelPastAFrozenWorker(t *testing.T) {
 		t.Fatal("TestMain did not build the foundryq binary")
 	}
 	const apiKey, ackWait = "frozen-key", 5 * time.Second
-	s, err := devstack.Start(t.Context(), devstack.Config{
+	s := devstack.StartT(t, devstack.Config{
 		NATS:     natsembed.Config{StoreDir: t.TempDir()},
 		Connect:  reconnecting,
 		Emulator: foundrytest.Config{APIKey: apiKey},
 		Worker:   consumer.Config{Provision: consumer.ProvisionConfig{AckWait: ackWait}},
 		Client:   events.ClientConfig{CancelTimeout: 5 * time.Second},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
 	})
 	fleet := &fleet{t: t, bin: foundryqBin, logDir: t.TempDir(), url: s.NATS.ClientURL(),
 		args: []string{"worker", "--foundry-endpoint", s.Emulator.BaseURL(), "--http-addr", "",

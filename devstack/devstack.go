@@ -1,7 +1,22 @@
 // Package devstack starts a whole foundryq on one machine: an embedded NATS
 // server with JetStream, the Foundry emulator (or a real Foundry endpoint),
 // provisioned streams and bucket, a client, and any number of workers. It is
-// what foundryq dev and foundryq demo run, and what the tests build on.
+// what foundryq dev and foundryq demo run, and what foundryq's own tests
+// build on.
+//
+// It is also a harness for your tests: code that submits runs with an
+// events.Client, follows them or cancels them can be tested against a real
+// JetStream and real workers, with the emulator in place of Foundry and no
+// network. StartT starts a stack for a test and stops it when the test ends:
+//
+//	func TestMyService(t *testing.T) {
+//		s := devstack.StartT(t, devstack.Config{Workers: 1})
+//		svc := myservice.New(s.Client) // or a connection of its own: s.Connect("my-service")
+//		...
+//	}
+//
+// Config.Emulator sets what the emulated model answers (tokens, delays,
+// failures, tool calls); s.Emulator.Stats() tells what it was asked.
 package devstack
 
 import (
@@ -11,6 +26,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -165,6 +181,24 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// StartT starts a stack for the test t, as Start does with t's context,
+// and fails the test at once if it cannot. The stack is closed when the
+// test and its subtests end (t.Cleanup); an error from Close fails the test
+// (t.Errorf).
+func StartT(t testing.TB, cfg Config) *Stack {
+	t.Helper()
+	s, err := Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("stop the stack: %v", err)
+		}
+	})
+	return s
 }
 
 // Connect opens another connection to the stack's NATS server, with
