@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/foundryq/foundryq/internal/loadtest"
+	"github.com/foundryq/foundryq/cmd/foundryq/internal/bench"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -28,7 +28,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
 		return err
 	}
-	cfg := loadtest.Config{Quick: *quick, ProfileDir: *profile, EventInterval: *interval, H2C: *h2c}
+	cfg := bench.Config{Quick: *quick, ProfileDir: *profile, EventInterval: *interval, H2C: *h2c}
 	if *memRuns != "" {
 		for _, s := range strings.Split(*memRuns, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -48,13 +48,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		table = stderr
 	}
 	cfg.Progress = stderr
-	rep, err := loadtest.Run(ctx, cfg)
+	rep, err := bench.Run(ctx, cfg)
 	printReport(table, rep)
 	if err != nil {
 		return err
 	}
 	if *plotFile != "" {
-		if err := loadtest.Plot(rep, *plotFile); err != nil {
+		if err := bench.Plot(rep, *plotFile); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "plot: %s\n", *plotFile)
@@ -68,7 +68,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // printReport writes the figures as a table.
-func printReport(w io.Writer, r loadtest.Report) {
+func printReport(w io.Writer, r bench.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	verdict := func(met bool) string {
 		if met {
@@ -130,7 +130,7 @@ func runBenchReader(ctx context.Context, args []string, stdout, stderr io.Writer
 	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
 		return err
 	}
-	res, err := loadtest.RunReader(ctx, loadtest.ReaderConfig{BaseURL: *url, APIKey: *key, Prefix: *prefix, Runs: *runs, Tokens: *tokens, TokenDelay: *delay, H2C: *h2c})
+	res, err := bench.RunReader(ctx, bench.ReaderConfig{BaseURL: *url, APIKey: *key, Prefix: *prefix, Runs: *runs, Tokens: *tokens, TokenDelay: *delay, H2C: *h2c})
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,11 @@
-// Package loadtest is what `foundryq bench` runs: it starts the system under
+// Package bench is what `foundryq bench` runs: it starts the system under
 // test as separate processes (NATS with file storage, the Foundry emulator
 // and a worker, each from the foundryq binary), loads it, reads each
 // process's CPU time and memory from the OS, and compares foundryq with
 // floors measured in the same run: a bare SSE reader of the same emulator
 // streams, and raw JetStream publishing to a stream configured as the
 // events stream.
-package loadtest
+package bench
 
 import (
 	"errors"

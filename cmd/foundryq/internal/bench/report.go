@@ -1,4 +1,4 @@
-package loadtest
+package bench
 
 // Targets of the benchmark (README, "Benchmarks").
 const (
