@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		foundryqBin = filepath.Join(dir, "foundryq")
-		build := exec.Command("go", "build", "-o", foundryqBin, "../../cmd/foundryq")
+		build := exec.Command("go", "build", "-o", foundryqBin, "github.com/foundryq/foundryq/cmd/foundryq")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build foundryq:", err)

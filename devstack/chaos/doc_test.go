@@ -23,5 +23,13 @@
 //     freed, the emulator answers creates with 429 and 5xx, cuts streams,
 //     holds creates back, stalls, fails and hangs cancels, and clients
 //     cancel runs at random moments; some runs have a short timeout.
-//     Without FOUNDRYQ_CHAOS it skips.
+//     Without FOUNDRYQ_CHAOS it skips. TestCancelPastAFrozenWorker runs
+//     with it: a worker process frozen with SIGSTOP does not hold a
+//     cancel up.
+//
+// The package is test code only: every file is a _test.go file (the
+// auditor, its report, the token diff and the proxy included), since
+// nothing outside these tests uses it. Run it with
+//
+//	FOUNDRYQ_CHAOS=short go test -race -count=1 -v -run '^(TestChaos|TestCancelPastAFrozenWorker)$' ./devstack/chaos/
 package chaos

@@ -79,7 +79,7 @@ var foundryqBin string
 // its timeout, or response cancelled upstream too long after its run's
 // deadline fails it.
 //
-//	FOUNDRYQ_CHAOS=short go test -race -count=1 -v -run Chaos ./internal/chaos/
+//	FOUNDRYQ_CHAOS=short go test -race -count=1 -v -run Chaos ./devstack/chaos/
 func TestChaos(t *testing.T) {
 	mode, ok := chaosModes[os.Getenv("FOUNDRYQ_CHAOS")]
 	if !ok {
