@@ -76,7 +76,7 @@ func TestProvisionConsumerLimitsValidation(t *testing.T) {
 			t.Errorf("Provision(%+v) accepted", cfg)
 		}
 	}
-	if c := consumer.EventsStreamConfig(events.Names{}, consumer.ProvisionConfig{}); c.MaxConsumers != consumer.DefaultEventsMaxConsumers || c.ConsumerLimits.InactiveThreshold != consumer.DefaultEventsConsumerInactive {
+	if c := events.EventsStreamConfig(events.Names{}, events.ProvisionConfig{}); c.MaxConsumers != events.DefaultEventsMaxConsumers || c.ConsumerLimits.InactiveThreshold != events.DefaultEventsConsumerInactive {
 		t.Errorf("defaults: MaxConsumers %d, InactiveThreshold %s", c.MaxConsumers, c.ConsumerLimits.InactiveThreshold)
 	}
 }

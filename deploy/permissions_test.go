@@ -298,7 +298,7 @@ func TestPermissions(t *testing.T) {
 				})
 			}
 			x.denied(t, "$JS.API.STREAM.UPDATE."+names.EventsStream(), func(ctx context.Context) error {
-				cfg := consumer.EventsStreamConfig(names, consumer.ProvisionConfig{EventsMaxConsumers: -1})
+				cfg := events.EventsStreamConfig(names, events.ProvisionConfig{EventsMaxConsumers: -1})
 				_, err := x.js.UpdateStream(ctx, cfg)
 				return err
 			})

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 )
 
@@ -68,10 +67,10 @@ func (c CallbackConfig) withDefaults() CallbackConfig {
 		c.Concurrency = 16
 	}
 	if c.TTL == 0 {
-		c.TTL = consumer.DefaultStateTTL
+		c.TTL = events.DefaultStateTTL
 	}
 	if c.DeadMaxAge == 0 {
-		c.DeadMaxAge = consumer.DefaultDeadMaxAge
+		c.DeadMaxAge = events.DefaultDeadMaxAge
 	}
 	return c
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
 )
 
 // rawPublish is the raw JetStream baseline: the bench publishes events of
@@ -25,7 +25,7 @@ func (b *bench) rawPublish(ctx context.Context) error {
 		return fmt.Errorf("no text.delta event seen to size the messages")
 	}
 	rr.Messages, rr.MessageBytes = c.RawMessages, size
-	scfg := consumer.EventsStreamConfig(b.sys.names, consumer.ProvisionConfig{})
+	scfg := events.EventsStreamConfig(b.sys.names, events.ProvisionConfig{})
 	scfg.Name, scfg.Subjects = "BENCH_RAW", []string{"bench.raw.*"}
 	scfg.RePublish = &jetstream.RePublish{Source: "bench.raw.*", Destination: "bench.rawlive.{{wildcard(1)}}"}
 	b.progress("raw publish: %d async publishes of %d bytes to a stream configured as %s", c.RawMessages, size, b.sys.names.EventsStream())
