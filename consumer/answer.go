@@ -46,6 +46,12 @@ import (
 // maxCancelsInFlight bounds the cancel requests one worker answers at once.
 const maxCancelsInFlight = 256
 
+// answerTimeout bounds the NATS calls of one answer (the record, the job,
+// the run's tail). They take milliseconds; the bound is for a JetStream
+// that does not answer, e.g. during a leader election. No Foundry call is
+// made before the reply.
+const answerTimeout = 10 * time.Second
+
 // ownerAnswerTimeout is how long the worker that answered a cancel waits
 // for the run's owner to acknowledge the notice before it calls Foundry's
 // cancel itself.
@@ -202,7 +208,7 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 	} else if req, err := events.DecodeCancelRequest(m.Data); err != nil {
 		reply = events.CancelReply{RunID: runID, Error: "invalid cancel request: " + err.Error()}
 	} else {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		actx, cancel := context.WithTimeout(ctx, answerTimeout)
 		reply, after = w.answerCancel(actx, runID, req, m.Data)
 		cancel()
 	}
@@ -364,7 +370,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 		job, err = nil, nil
 	}
 	if err != nil {
-		return events.CancelReply{RunID: runID, Error: "look up the run's job: " + err.Error()}, nil
+		return w.notTakenUnrecorded(runID, "look up the run's job", err), nil
 	}
 	if job == nil && !exists {
 		w.forgetCancel(ctx, runID)
@@ -379,7 +385,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	}
 	pos, err := w.tail(ctx, runID)
 	if err != nil {
-		return events.CancelReply{RunID: runID, Error: err.Error()}, nil
+		return w.notTakenUnrecorded(runID, "read the run's last event", err), nil
 	}
 	now := time.Now().UTC()
 	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
@@ -394,7 +400,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	case errors.Is(err, errFinished):
 		return finishedReply(st), nil
 	case err != nil:
-		return events.CancelReply{RunID: runID, Error: "record the cancel: " + err.Error()}, nil
+		return w.notTakenUnrecorded(runID, "record the cancel", err), nil
 	}
 	if err := w.publishEnd(ctx, runID, pos, end, w.log.With().Str("run_id", runID).Logger()); err != nil {
 		// The record says cancelled; the worker that pulls the job
@@ -414,6 +420,19 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	}
 	w.m.runEnded(end, submitted)
 	return events.CancelReply{RunID: runID, Result: events.CancelCancelled}, nil
+}
+
+// notTakenUnrecorded answers a cancel of a run no worker has taken when
+// the worker could not act on it (what failed, with err): if JetStream is
+// slow or full, the cancel the client stored on the cancels stream is
+// applied by the worker that takes the run, and the reply says cancelling,
+// unrecorded; any other failure is the reply's error.
+func (w *Worker) notTakenUnrecorded(runID, what string, err error) events.CancelReply {
+	if !jserr.Unavailable(err) && !jserr.StoreFull(err) {
+		return events.CancelReply{RunID: runID, Error: what + ": " + err.Error()}
+	}
+	w.log.Warn().Err(err).Str("run_id", runID).Msg(what + " for a cancel of a queued run; its stored cancel is applied when the run is taken")
+	return events.CancelReply{RunID: runID, Result: events.CancelCancelling, Unrecorded: true}
 }
 
 // forgetCancel drops the cancel record of a run id that names no run, so

@@ -323,15 +323,7 @@ func (r *run) noteCancelFailing(err error) {
 // being cancelled: the cancel is on record, and the next owner goes on
 // calling Foundry within the same bound.
 func (r *run) handoffCancelling() {
-	if err := r.rel.flush(r.hard); err != nil {
-		r.logger().Warn().Err(err).Msg("flush events before hand-off")
-	}
-	r.release("")
-	if err := r.msg.Nak(); err != nil {
-		r.logger().Warn().Err(err).Msg("nak for hand-off")
-	}
-	r.w.m.handoffs.Inc()
-	r.logger().Info().Msg("run handed off while its cancel is being confirmed")
+	r.handOff("run handed off while its cancel is being confirmed")
 }
 
 // finishCancelled ends the run as run.cancelled with what stopping the
@@ -360,7 +352,7 @@ func (r *run) finishCancelled(reason string, s stopped) {
 		ev.UsageUnknown = true
 	}
 	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
-	r.finish(ev, -1, ev.UpstreamStatus)
+	r.end(endWith(ev, -1, ev.UpstreamStatus))
 	if ev.ResponseID != "" && (ev.UpstreamStatus == foundry.StatusCancelled || ev.UpstreamStatus == events.UpstreamUnconfirmed) && r.w.cfg.CancelAuditDelay > 0 {
 		r.w.audit(r.id, ev.ResponseID)
 	}

@@ -118,16 +118,16 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		}
 	}
 	runID, ok := w.names.RunIDFromSubject(msg.Subject())
-	if !ok {
-		w.log.Warn().Str("subject", msg.Subject()).Msg("job on a subject that names no valid run id; dead-lettered")
-		w.deadLetter(context.Background(), msg, "", events.CodeInvalidRequest, "subject "+msg.Subject()+" does not name a valid run id")
-		_ = msg.TermWithReason("invalid run id")
-		return
-	}
 	r := w.newRun(msg, runID, attempt, submitted)
 	defer r.span.End()
 	defer r.abort()
 	defer r.stop(nil)
+	if !ok {
+		r.logger().Warn().Str("subject", msg.Subject()).Msg("job on a subject that names no valid run id; dead-lettered")
+		r.end(ending{dead: &deadNote{events.CodeInvalidRequest, "subject " + msg.Subject() + " does not name a valid run id"},
+			job: term, reason: "invalid run id"})
+		return
+	}
 	if other, ok := w.register(r); !ok {
 		if sameJob(other.msg, msg) {
 			// The lease of our delivery lapsed while we still run it;
@@ -141,14 +141,14 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		// a moment, to be judged against the run's state once ours is
 		// gone. Ignoring it would hold it for a whole ack wait.
 		r.logger().Info().Msg("new job for a run this worker is still finishing; retried shortly")
-		_ = msg.NakWithDelay(w.cfg.RetryDelay)
+		r.end(retryAfter(w.cfg.RetryDelay))
 		return
 	}
 	defer w.unregister(r)
 	if w.isStopping() {
 		// Fetched in the last poll before shutdown: give it back at once.
 		r.logger().Info().Msg("job arrived during shutdown; handed back")
-		_ = msg.Nak()
+		r.end(retryAfter(0))
 		return
 	}
 	r.execute()
@@ -183,14 +183,14 @@ func (r *run) execute() {
 	case errors.Is(err, errFinished):
 		r.logger().Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
 		r.repairEnd(st, pos)
-		r.ack()
+		r.end(ending{job: ack})
 		return
 	case errors.Is(err, errReused):
 		r.refuseReused(st)
 		return
 	case errors.Is(err, errNewerSchema):
 		r.logger().Warn().Err(err).Msg("the run's state was written by a newer worker; leaving the run to it")
-		_ = r.msg.NakWithDelay(10 * time.Second)
+		r.end(retryAfter(10 * time.Second))
 		return
 	case errors.Is(err, events.ErrStateCorrupt):
 		r.startRelay(pos)
@@ -331,7 +331,7 @@ func (r *run) interrupt(readerDone <-chan outcome, upStop context.CancelFunc) {
 func (r *run) conclude(out outcome) {
 	switch {
 	case out.terminal != nil:
-		r.finish(*out.terminal, out.upstreamSeq, out.upstreamStatus)
+		r.end(endWith(*out.terminal, out.upstreamSeq, out.upstreamStatus))
 	case out.cancelledUpstream != nil:
 		reason, ok := r.cancelReason()
 		if !ok {

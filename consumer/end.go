@@ -14,51 +14,153 @@ import (
 	"github.com/foundryq/foundryq/internal/jserr"
 )
 
-// finish ends the run: every queued event is stored, the end is recorded in
-// the state bucket (finishRun), then the terminal event is stored with the
-// seq the record names, then the job is acked. A failure between two steps
-// is repaired by the next delivery of the job (repairEnd).
-func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) {
+// How a run leaves this worker. Every path builds one ending and hands it
+// to end, which copies the request to the dead letters if asked, records
+// the run's end and publishes its terminal event, gives the run back in its
+// record, and settles the job: settle is the only place that acks, naks or
+// terms a job.
+
+// settlement is what becomes of the job.
+type settlement int
+
+const (
+	leave settlement = iota // nothing: another worker owns the run now, or the run was aborted; the lease lapses
+	ack                     // done: its terminal event is stored (or it was stored before)
+	nak                     // deliver it again, after ending.delay
+	term                    // never deliver it again (ending.reason)
+)
+
+// ending is one way a run leaves this worker.
+type ending struct {
+	// dead, when set, copies the request to the dead-letter stream first.
+	dead *deadNote
+	// event, when set, is the run's terminal event: every queued event is
+	// stored, the end is recorded in the state bucket (finishRun, or
+	// record), then the event is stored with the seq the record names, and
+	// only then is the job settled. A failure between two steps leaves the
+	// job, and its next delivery repairs the run (repairEnd).
+	event          *events.RunEvent
+	upstreamSeq    int64  // the Foundry sequence number the event came from, -1 if none
+	upstreamStatus string // Foundry's last word, for the record
+	// record writes the end into the state bucket instead of finishRun
+	// (a record that cannot be read is replaced).
+	record func(end events.RunEvent) error
+	// flush stores the queued events before the job is given back.
+	flush bool
+	// release gives the run back in its record (releaseRun), with failure
+	// saying why the attempt failed ("" for a hand-off).
+	release bool
+	failure string
+	job     settlement
+	delay   time.Duration // with nak
+	reason  string        // with term
+}
+
+// deadNote is what a dead letter says.
+type deadNote struct{ code, message string }
+
+// endWith is the ending of a run whose terminal event is ev.
+func endWith(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) ending {
+	return ending{event: &ev, upstreamSeq: upstreamSeq, upstreamStatus: upstreamStatus, job: ack}
+}
+
+// retryAfter gives the job back for another delivery after delay.
+func retryAfter(delay time.Duration) ending { return ending{job: nak, delay: delay} }
+
+// end makes the run leave this worker as e says.
+func (r *run) end(e ending) {
+	if e.dead != nil {
+		r.w.deadLetter(r.hard, r.msg, r.id, e.dead.code, e.dead.message)
+	}
+	if e.event != nil {
+		ev, ok := r.storeEnd(e)
+		if !ok {
+			return
+		}
+		r.settle(e)
+		r.w.m.runEnded(ev, r.submitted)
+		r.logEnd(ev, e.upstreamStatus)
+		return
+	}
+	if e.flush {
+		if err := r.rel.flush(r.hard); err != nil {
+			r.logger().Warn().Err(err).Msg("store the run's events before giving it back")
+		}
+	}
+	if e.release {
+		r.release(e.failure)
+	}
+	r.settle(e)
+}
+
+// storeEnd stores the queued events, records the end, then stores the
+// terminal event; it reports whether all three landed.
+func (r *run) storeEnd(e ending) (events.RunEvent, bool) {
+	ev := *e.event
 	if err := r.rel.flush(r.hard); err != nil {
 		if errors.Is(err, ErrLostOwnership) {
 			r.countLost()
 		}
 		r.logger().Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
-		return
+		return ev, false
 	}
 	ev.RunID = r.id
 	ev.Seq = r.rel.nextSeq()
 	ev.Time = time.Now().UTC()
-	_, err := r.persist("record the run's end", func(s *events.RunState, _ bool) error {
-		return finishRun(s, r.owner, ev, upstreamStatus, ev.Time)
-	})
-	if err != nil {
+	record := e.record
+	if record == nil {
+		record = func(end events.RunEvent) error {
+			_, err := r.persist("record the run's end", func(s *events.RunState, _ bool) error {
+				return finishRun(s, r.owner, end, e.upstreamStatus, end.Time)
+			})
+			return err
+		}
+	}
+	if err := record(ev); err != nil {
 		if isDecision(err) {
 			if errors.Is(err, errNotOwner) {
 				r.countLost()
 			}
 			r.logger().Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
-			return
+		} else {
+			r.logger().Error().Err(err).Msg("record the run's end; the job will be delivered again")
 		}
-		r.logger().Error().Err(err).Msg("record the run's end; the job will be delivered again")
-		return
+		return ev, false
 	}
-	r.rel.add(ev, upstreamSeq)
+	r.rel.add(ev, e.upstreamSeq)
 	if err := r.rel.flush(r.hard); err != nil {
 		if errors.Is(err, ErrLostOwnership) {
 			r.countLost()
 		}
 		r.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
-		return
+		return ev, false
 	}
-	r.ack()
-	r.w.m.runEnded(ev, r.submitted)
-	r.ended(ev, upstreamStatus)
+	return ev, true
 }
 
-// ended logs the run's end at info, with what an operator asks first (how
+// settle acks, naks or terms the job, as e says: the one place that does.
+func (r *run) settle(e ending) {
+	var err error
+	switch e.job {
+	case ack:
+		ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
+		err = r.msg.DoubleAck(ctx)
+		cancel()
+	case nak:
+		err = r.msg.NakWithDelay(e.delay)
+	case term:
+		err = r.msg.TermWithReason(e.reason)
+	case leave:
+		return
+	}
+	if err != nil {
+		r.logger().Warn().Err(err).Int("settlement", int(e.job)).Msg("settle the job")
+	}
+}
+
+// logEnd logs the run's end at info, with what an operator asks first (how
 // it ended, how long it took, what it cost), and records it on the span.
-func (r *run) ended(ev events.RunEvent, upstreamStatus string) {
+func (r *run) logEnd(ev events.RunEvent, upstreamStatus string) {
 	l := r.logger().Info().Str("type", string(ev.Type)).Dur("took", ev.Time.Sub(r.taken))
 	if !r.submitted.IsZero() {
 		l = l.Dur("since_submit", ev.Time.Sub(r.submitted))
@@ -129,15 +231,13 @@ func (r *run) failUpstream(out outcome) {
 	case out.op == opState:
 		// NATS, not Foundry, failed: not the run's fault.
 		r.logger().Warn().Err(out.err).Msg("the state bucket could not be written; the job will be retried")
-		r.release("")
-		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
+		r.end(ending{release: true, job: nak, delay: r.w.cfg.RetryDelay})
 	case out.rateLimited:
 		// Not a failed attempt: the service asked to wait (the worker's
 		// create limiter holds back the other creates meanwhile).
 		delay := retryDelay(out.err, r.w.cfg.RetryDelay)
 		r.logger().Info().Dur("retry_in", delay).Msg("create refused for rate limits; the job will be retried")
-		r.release("")
-		_ = r.msg.NakWithDelay(delay)
+		r.end(ending{release: true, job: nak, delay: delay})
 	case out.streamLost:
 		r.logger().Error().Err(out.err).Msg("foreground response lost; the run fails")
 		r.failRun(events.CodeStreamLost, out.err.Error(), true, false)
@@ -171,11 +271,7 @@ func (r *run) failAttempt(cause error, op string, upstream bool) {
 		return
 	}
 	r.logger().Warn().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
-	if err := r.rel.flush(r.hard); err != nil && !upstream {
-		r.logger().Warn().Err(err).Msg("flush events before the retry")
-	}
-	r.release(why)
-	_ = r.msg.NakWithDelay(retryDelay(cause, r.w.cfg.RetryDelay*time.Duration(st.Failures+1)))
+	r.end(ending{flush: true, release: true, failure: why, job: nak, delay: retryDelay(cause, r.w.cfg.RetryDelay*time.Duration(st.Failures+1))})
 }
 
 // giveUp ends a run whose failed attempts are used up (workers that
@@ -193,8 +289,9 @@ func (r *run) giveUp() {
 // failInvalid ends a run whose request can never run.
 func (r *run) failInvalid(err error) {
 	r.logger().Warn().Err(err).Msg("invalid run request; dead-lettered")
-	r.failRun(events.CodeInvalidRequest, err.Error(), false, true)
-	_ = r.msg.TermWithReason("invalid request")
+	e := r.failed(events.CodeInvalidRequest, err.Error(), false, true)
+	e.job, e.reason = term, "invalid request"
+	r.end(e)
 }
 
 // endLost ends a run whose create may have started a response whose id
@@ -234,10 +331,16 @@ func (r *run) cancelReason() (string, bool) {
 // whether a new run of the same request may succeed; with dead, the request
 // is copied to the dead-letter stream first.
 func (r *run) failRun(code, message string, retryable, dead bool) {
+	r.end(r.failed(code, message, retryable, dead))
+}
+
+// failed is the ending of failRun.
+func (r *run) failed(code, message string, retryable, dead bool) ending {
+	e := endWith(failedWith(r.currentResponseID(), code, retryable, message), -1, "")
 	if dead {
-		r.w.deadLetter(r.hard, r.msg, r.id, code, message)
+		e.dead = &deadNote{code, message}
 	}
-	r.finish(failedWith(r.currentResponseID(), code, retryable, message), -1, "")
+	return e
 }
 
 // refuseReused dead-letters a request under a run id that belongs to a run
@@ -245,8 +348,7 @@ func (r *run) failRun(code, message string, retryable, dead bool) {
 func (r *run) refuseReused(st events.RunState) {
 	msg := fmt.Sprintf("run id %s already belongs to a run with a different request (status %s); the request was not run", r.id, st.Status)
 	r.logger().Warn().Str("status", string(st.Status)).Msg("run id reused by a different request; dead-lettered")
-	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeDuplicateRunID, msg)
-	_ = r.msg.TermWithReason("run id reused")
+	r.end(ending{dead: &deadNote{events.CodeDuplicateRunID, msg}, job: term, reason: "run id reused"})
 }
 
 // failCorrupt ends a run whose state record cannot be read: the record is
@@ -258,24 +360,12 @@ func (r *run) failCorrupt(cause error) {
 	}
 	r.logger().Error().Err(cause).Msg("the run's state record is unreadable; the run fails")
 	msg := "the run's state record could not be read: " + cause.Error()
-	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeStateUnreadable, msg)
-	if err := r.rel.flush(r.hard); err != nil {
-		return
+	e := endWith(failedWith("", events.CodeStateUnreadable, false, msg), -1, "")
+	e.dead = &deadNote{events.CodeStateUnreadable, msg}
+	e.record = func(end events.RunEvent) error {
+		return r.w.states.Replace(r.hard, failCorrupt(r.id, r.owner, end, end.Time), rev)
 	}
-	end := failedWith("", events.CodeStateUnreadable, false, msg)
-	end.RunID, end.Seq, end.Time = r.id, r.rel.nextSeq(), time.Now().UTC()
-	if err := r.w.states.Replace(r.hard, failCorrupt(r.id, r.owner, end, end.Time), rev); err != nil {
-		r.logger().Error().Err(err).Msg("replace the unreadable state record; the job will be delivered again")
-		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
-		return
-	}
-	r.rel.add(end, -1)
-	if err := r.rel.flush(r.hard); err != nil {
-		return
-	}
-	r.ack()
-	r.w.m.runEnded(end, r.submitted)
-	r.ended(end, "")
+	r.end(e)
 }
 
 // cancelAbandoned cancels the run's response upstream when nobody will
@@ -343,8 +433,7 @@ func (r *run) failStopped(code, message string) {
 			return
 		}
 	}
-	ev := failedWith(r.currentResponseID(), code, true, message)
-	r.finish(ev, -1, end.upstreamStatus())
+	r.end(endWith(failedWith(r.currentResponseID(), code, true, message), -1, end.upstreamStatus()))
 }
 
 // handoff stops a run at shutdown so that another worker re-attaches at
@@ -409,15 +498,15 @@ func (r *run) concludeHandoff(out outcome) {
 		r.conclude(out)
 		return
 	}
-	if err := r.rel.flush(r.hard); err != nil {
-		r.logger().Warn().Err(err).Msg("flush events before hand-off")
-	}
-	r.release("")
-	if err := r.msg.Nak(); err != nil {
-		r.logger().Warn().Err(err).Msg("nak for hand-off")
-	}
+	r.handOff("run handed off")
+}
+
+// handOff gives the run to another worker at once (flush, release, nak),
+// at shutdown; note is logged.
+func (r *run) handOff(note string) {
+	r.end(ending{flush: true, release: true, job: nak})
 	r.w.m.handoffs.Inc()
-	r.logger().Info().Msg("run handed off")
+	r.logger().Info().Msg(note)
 }
 
 // release gives the run back in its record (releaseRun). A release that
@@ -433,14 +522,6 @@ func (r *run) release(failure string) {
 	}
 }
 
-func (r *run) ack() {
-	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
-	defer cancel()
-	if err := r.msg.DoubleAck(ctx); err != nil {
-		r.logger().Warn().Err(err).Msg("ack the job")
-	}
-}
-
 // retryLater gives the job back before it was claimed, after a NATS
 // failure: it does not count as a failed attempt. The delay grows with the
 // deliveries, up to 30s.
@@ -449,7 +530,7 @@ func (r *run) retryLater(what string, err error) {
 	if jserr.MissingResource(err) {
 		r.w.resourcesMissing()
 	}
-	_ = r.msg.NakWithDelay(min(r.w.cfg.RetryDelay*time.Duration(r.owner.attempt), 30*time.Second))
+	r.end(retryAfter(min(r.w.cfg.RetryDelay*time.Duration(r.owner.attempt), 30*time.Second)))
 }
 
 // maxTextLen bounds error and tool texts in events: an event must stay far
