@@ -51,10 +51,10 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 		return nil
 	}
 	req, _ := events.DecodeCancelRequest(m.Data) // an unreadable body is a cancel without a note
-	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: m.Time.UTC()}
+	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: m.Time.UTC(), ID: m.Header.Get(events.HeaderCancelID)}
 	r.mu.Lock()
 	if r.cancelNote == "" {
-		r.cancelNote = req.Reason
+		r.cancelNote, r.cancelID = req.Reason, rec.ID
 	}
 	r.mu.Unlock()
 	r.recordCancel(ctx, rec)
@@ -70,7 +70,7 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.CancelFunc) {
 	r.mu.Lock()
 	from := r.cancelFrom
-	note := r.cancelNote
+	note, cancelID := r.cancelNote, r.cancelID
 	r.mu.Unlock()
 	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("foundryq.reason", reason))}
 	if from.IsValid() {
@@ -88,7 +88,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 		defer recorded.Done()
 		ctx, cancel := context.WithTimeout(hard, 5*time.Second)
 		defer cancel()
-		r.recordCancel(ctx, events.CancelRecord{Reason: reason, Note: note, At: time.Now().UTC()})
+		r.recordCancel(ctx, events.CancelRecord{Reason: reason, Note: note, At: time.Now().UTC(), ID: cancelID})
 	}()
 	defer recorded.Wait()
 

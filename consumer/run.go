@@ -63,6 +63,7 @@ type run struct {
 	mu         sync.Mutex
 	state      events.RunState   // the record as this run last wrote or read it
 	cancelNote string            // the requester's text of a cancel heard directly
+	cancelID   string            // the client's id of that cancel (events.HeaderCancelID)
 	cancelFrom trace.SpanContext // the span of that cancel's answer, if traced
 	responseID string
 	idSeenAt   time.Time     // when the response id was first known to this run
