@@ -99,7 +99,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 			id = r.currentResponseID()
 		case out := <-readerDone:
 			recorded.Wait()
-			r.cancelledBeforeID(reason, out)
+			r.endCancelledBeforeID(reason, out)
 			return
 		case <-r.hard.Done():
 			return
@@ -111,43 +111,43 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 		upStop()
 		<-readerDone
 		recorded.Wait()
-		r.finishCancelled(reason, stopped{how: reachUnknown})
+		r.endCancelled(reason, stopped{how: reachUnknown})
 		return
 	}
 	// Nothing Foundry generates from now on is relayed.
 	upStop()
 	if out := <-readerDone; out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership {
 		recorded.Wait()
-		r.conclude(out) // the response ended before the reader stopped
+		r.endAfterRead(out) // the response ended before the reader stopped
 		return
 	}
 	end := r.stopResponse(hard, id)
 	recorded.Wait()
 	switch {
 	case end.handoff:
-		r.handoffCancelling()
+		r.endHandOff(handedOffCancelling)
 	case end.aborted:
 		return
 	case end.endedFirst:
 		// Foundry finished the response before the cancel reached it: the
 		// run ends as Foundry ended it, with every token relayed.
 		r.logger().Info().Str("upstream_status", end.resp.Status).Msg("the response had already ended upstream; relaying its end")
-		r.conclude(r.publishRest(hard, end.resp))
+		r.endAfterRead(r.publishRest(hard, end.resp))
 	default:
-		r.finishCancelled(reason, end)
+		r.endCancelled(reason, end)
 	}
 }
 
 // cancelledBeforeID ends a cancelled run whose reader stopped before the
 // response id was known.
-func (r *run) cancelledBeforeID(reason string, out outcome) {
+func (r *run) endCancelledBeforeID(reason string, out outcome) {
 	switch {
 	case out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership:
-		r.conclude(out)
+		r.endAfterRead(out)
 	case out.noResponse:
-		r.finishCancelled(reason, stopped{how: reachNone})
+		r.endCancelled(reason, stopped{how: reachNone})
 	default:
-		r.finishCancelled(reason, stopped{how: reachUnknown})
+		r.endCancelled(reason, stopped{how: reachUnknown})
 	}
 }
 
@@ -319,17 +319,10 @@ func (r *run) noteCancelFailing(err error) {
 	}
 }
 
-// handoffCancelling gives a run back at shutdown while its response is
-// being cancelled: the cancel is on record, and the next owner goes on
-// calling Foundry within the same bound.
-func (r *run) handoffCancelling() {
-	r.handOff("run handed off while its cancel is being confirmed")
-}
-
-// finishCancelled ends the run as run.cancelled with what stopping the
+// endCancelled ends the run as run.cancelled with what stopping the
 // response came to: Foundry's last word and usage; a response that ran on
 // to its end is counted (completed_after_cancel) and logged.
-func (r *run) finishCancelled(reason string, s stopped) {
+func (r *run) endCancelled(reason string, s stopped) {
 	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason, ResponseID: r.currentResponseID(), UpstreamStatus: s.upstreamStatus()}
 	switch s.how {
 	case reachNone:

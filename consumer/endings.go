@@ -14,47 +14,7 @@ import (
 	"github.com/foundryq/foundryq/internal/jserr"
 )
 
-// How a run leaves this worker. Every path builds one ending and hands it
-// to end, which copies the request to the dead letters if asked, records
-// the run's end and publishes its terminal event, gives the run back in its
-// record, and settles the job: settle is the only place that acks, naks or
-// terms a job.
-
-// settlement is what becomes of the job.
-type settlement int
-
-const (
-	leave settlement = iota // nothing: another worker owns the run now, or the run was aborted; the lease lapses
-	ack                     // done: its terminal event is stored (or it was stored before)
-	nak                     // deliver it again, after ending.delay
-	term                    // never deliver it again (ending.reason)
-)
-
-// ending is one way a run leaves this worker.
-type ending struct {
-	// dead, when set, copies the request to the dead-letter stream first.
-	dead *deadNote
-	// event, when set, is the run's terminal event: every queued event is
-	// stored, the end is recorded in the state bucket (finishRun, or
-	// record), then the event is stored with the seq the record names, and
-	// only then is the job settled. A failure between two steps leaves the
-	// job, and its next delivery repairs the run (repairEnd).
-	event          *events.RunEvent
-	upstreamSeq    int64  // the Foundry sequence number the event came from, -1 if none
-	upstreamStatus string // Foundry's last word, for the record
-	// record writes the end into the state bucket instead of finishRun
-	// (a record that cannot be read is replaced).
-	record func(end events.RunEvent) error
-	// flush stores the queued events before the job is given back.
-	flush bool
-	// release gives the run back in its record (releaseRun), with failure
-	// saying why the attempt failed ("" for a hand-off).
-	release bool
-	failure string
-	job     settlement
-	delay   time.Duration // with nak
-	reason  string        // with term
-}
+// Ways a run ends: each builds an ending for end (run.go).
 
 // deadNote is what a dead letter says.
 type deadNote struct{ code, message string }
@@ -66,97 +26,6 @@ func endWith(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) endin
 
 // retryAfter gives the job back for another delivery after delay.
 func retryAfter(delay time.Duration) ending { return ending{job: nak, delay: delay} }
-
-// end makes the run leave this worker as e says.
-func (r *run) end(e ending) {
-	if e.dead != nil {
-		r.w.deadLetter(r.hard, r.msg, r.id, e.dead.code, e.dead.message)
-	}
-	if e.event != nil {
-		ev, ok := r.storeEnd(e)
-		if !ok {
-			return
-		}
-		r.settle(e)
-		r.w.m.runEnded(ev, r.submitted)
-		r.logEnd(ev, e.upstreamStatus)
-		return
-	}
-	if e.flush {
-		if err := r.rel.flush(r.hard); err != nil {
-			r.logger().Warn().Err(err).Msg("store the run's events before giving it back")
-		}
-	}
-	if e.release {
-		r.release(e.failure)
-	}
-	r.settle(e)
-}
-
-// storeEnd stores the queued events, records the end, then stores the
-// terminal event; it reports whether all three landed.
-func (r *run) storeEnd(e ending) (events.RunEvent, bool) {
-	ev := *e.event
-	if err := r.rel.flush(r.hard); err != nil {
-		if errors.Is(err, ErrLostOwnership) {
-			r.countLost()
-		}
-		r.logger().Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
-		return ev, false
-	}
-	ev.RunID = r.id
-	ev.Seq = r.rel.nextSeq()
-	ev.Time = time.Now().UTC()
-	record := e.record
-	if record == nil {
-		record = func(end events.RunEvent) error {
-			_, err := r.persist("record the run's end", func(s *events.RunState, _ bool) error {
-				return finishRun(s, r.owner, end, e.upstreamStatus, end.Time)
-			})
-			return err
-		}
-	}
-	if err := record(ev); err != nil {
-		if isDecision(err) {
-			if errors.Is(err, errNotOwner) {
-				r.countLost()
-			}
-			r.logger().Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
-		} else {
-			r.logger().Error().Err(err).Msg("record the run's end; the job will be delivered again")
-		}
-		return ev, false
-	}
-	r.rel.add(ev, e.upstreamSeq)
-	if err := r.rel.flush(r.hard); err != nil {
-		if errors.Is(err, ErrLostOwnership) {
-			r.countLost()
-		}
-		r.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
-		return ev, false
-	}
-	return ev, true
-}
-
-// settle acks, naks or terms the job, as e says: the one place that does.
-func (r *run) settle(e ending) {
-	var err error
-	switch e.job {
-	case ack:
-		ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
-		err = r.msg.DoubleAck(ctx)
-		cancel()
-	case nak:
-		err = r.msg.NakWithDelay(e.delay)
-	case term:
-		err = r.msg.TermWithReason(e.reason)
-	case leave:
-		return
-	}
-	if err != nil {
-		r.logger().Warn().Err(err).Int("settlement", int(e.job)).Msg("settle the job")
-	}
-}
 
 // logEnd logs the run's end at info, with what an operator asks first (how
 // it ended, how long it took, what it cost), and records it on the span.
@@ -225,7 +94,7 @@ func (r *run) repairEnd(st events.RunState, pos position) {
 }
 
 // failUpstream ends or retries a run whose upstream work failed.
-func (r *run) failUpstream(out outcome) {
+func (r *run) endUpstreamError(out outcome) {
 	r.w.m.upstreamErrors.WithLabelValues(out.op).Inc()
 	switch {
 	case out.op == opState:
@@ -240,9 +109,9 @@ func (r *run) failUpstream(out outcome) {
 		r.end(ending{release: true, job: nak, delay: delay})
 	case out.streamLost:
 		r.logger().Error().Err(out.err).Msg("foreground response lost; the run fails")
-		r.failRun(events.CodeStreamLost, out.err.Error(), true, false)
+		r.endFailed(events.CodeStreamLost, out.err.Error(), true, false)
 	case retryable(out.err):
-		r.failAttempt(out.err, out.op, true)
+		r.endAttempt(out.err, out.op, true)
 	default:
 		code := events.CodeUpstreamError
 		if errors.Is(out.err, foundry.ErrAuth) {
@@ -250,14 +119,14 @@ func (r *run) failUpstream(out outcome) {
 		}
 		r.logger().Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
 		r.cancelAbandoned()
-		r.failRun(code, out.err.Error(), false, out.noResponse)
+		r.endFailed(code, out.err.Error(), false, out.noResponse)
 	}
 }
 
 // failAttempt counts a failed attempt: the job is retried after a delay
 // (the one the service asked for, or RetryDelay × failures), unless this
 // was the last permitted attempt, which ends the run.
-func (r *run) failAttempt(cause error, op string, upstream bool) {
+func (r *run) endAttempt(cause error, op string, upstream bool) {
 	st := r.lastState()
 	why := cause.Error()
 	if st.Failures+1 >= r.w.maxFailures() {
@@ -267,7 +136,7 @@ func (r *run) failAttempt(cause error, op string, upstream bool) {
 		if !upstream {
 			code = events.CodeInternal
 		}
-		r.failRun(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true, true)
+		r.endFailed(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true, true)
 		return
 	}
 	r.logger().Warn().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
@@ -276,20 +145,20 @@ func (r *run) failAttempt(cause error, op string, upstream bool) {
 
 // giveUp ends a run whose failed attempts are used up (workers that
 // vanished count too).
-func (r *run) giveUp() {
+func (r *run) endBudgetSpent() {
 	st := r.lastState()
 	r.logger().Error().Int("failures", st.Failures).Str("last_error", st.LastError).Msg("failed attempts used up; the run fails")
 	if st.ResponseID != "" {
 		r.setResponseID(st.ResponseID, time.Now())
 		r.cancelAbandoned()
 	}
-	r.failRun(events.CodeAttemptsExhausted, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures, st.LastError), true, true)
+	r.endFailed(events.CodeAttemptsExhausted, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures, st.LastError), true, true)
 }
 
 // failInvalid ends a run whose request can never run.
-func (r *run) failInvalid(err error) {
+func (r *run) endInvalid(err error) {
 	r.logger().Warn().Err(err).Msg("invalid run request; dead-lettered")
-	e := r.failed(events.CodeInvalidRequest, err.Error(), false, true)
+	e := r.endingFailed(events.CodeInvalidRequest, err.Error(), false, true)
 	e.job, e.reason = term, "invalid request"
 	r.end(e)
 }
@@ -301,7 +170,7 @@ func (r *run) failInvalid(err error) {
 func (r *run) endLost(cause error) {
 	if reason, ok := r.cancelReason(); ok {
 		r.logger().Warn().Err(cause).Msg("cancelled while the response id was unknown; Foundry's status is unknown")
-		r.finishCancelled(reason, stopped{how: reachUnknown})
+		r.endCancelled(reason, stopped{how: reachUnknown})
 		return
 	}
 	msg := fmt.Sprintf("a response may have been started upstream but its id never arrived; it was not created again. "+
@@ -310,7 +179,7 @@ func (r *run) endLost(cause error) {
 		msg += " (" + cause.Error() + ")"
 	}
 	r.logger().Error().Err(cause).Msg("upstream response lost; the run fails")
-	r.failRun(events.CodeUpstreamLost, msg, false, true)
+	r.endFailed(events.CodeUpstreamLost, msg, false, true)
 }
 
 // cancelReason reports whether the run is being cancelled (a cancel on
@@ -327,15 +196,15 @@ func (r *run) cancelReason() (string, bool) {
 	return reasonOf(cause), true
 }
 
-// failRun ends the run as run.failed with the worker's own code, saying
+// endFailed ends the run as run.failed with the worker's own code, saying
 // whether a new run of the same request may succeed; with dead, the request
 // is copied to the dead-letter stream first.
-func (r *run) failRun(code, message string, retryable, dead bool) {
-	r.end(r.failed(code, message, retryable, dead))
+func (r *run) endFailed(code, message string, retryable, dead bool) {
+	r.end(r.endingFailed(code, message, retryable, dead))
 }
 
 // failed is the ending of failRun.
-func (r *run) failed(code, message string, retryable, dead bool) ending {
+func (r *run) endingFailed(code, message string, retryable, dead bool) ending {
 	e := endWith(failedWith(r.currentResponseID(), code, retryable, message), -1, "")
 	if dead {
 		e.dead = &deadNote{code, message}
@@ -345,7 +214,7 @@ func (r *run) failed(code, message string, retryable, dead bool) ending {
 
 // refuseReused dead-letters a request under a run id that belongs to a run
 // with a different request; nothing is appended to that run's subject.
-func (r *run) refuseReused(st events.RunState) {
+func (r *run) endReused(st events.RunState) {
 	msg := fmt.Sprintf("run id %s already belongs to a run with a different request (status %s); the request was not run", r.id, st.Status)
 	r.logger().Warn().Str("status", string(st.Status)).Msg("run id reused by a different request; dead-lettered")
 	r.end(ending{dead: &deadNote{events.CodeDuplicateRunID, msg}, job: term, reason: "run id reused"})
@@ -353,7 +222,7 @@ func (r *run) refuseReused(st events.RunState) {
 
 // failCorrupt ends a run whose state record cannot be read: the record is
 // replaced by one that says the run failed, then the terminal event follows.
-func (r *run) failCorrupt(cause error) {
+func (r *run) endCorrupt(cause error) {
 	var rev uint64
 	if _, got, err := r.w.states.Get(r.hard, r.id); errors.Is(err, events.ErrStateCorrupt) {
 		rev = got
@@ -417,11 +286,11 @@ func (r *run) countLost() {
 	r.lostOnce.Do(r.w.m.lostOwnership.Inc)
 }
 
-// failStopped ends the run run.failed with code after stopping its
+// endGivenUp ends the run run.failed with code after stopping its
 // response upstream (stopResponse), because the worker gives it up: its
 // events cannot be stored, or Foundry stalled it. The record keeps
 // Foundry's last word on the response.
-func (r *run) failStopped(code, message string) {
+func (r *run) endGivenUp(code, message string) {
 	r.w.m.runsStalled.WithLabelValues(code).Inc()
 	r.logger().Error().Str("code", code).Msg(message + "; stopping the response upstream")
 	var end stopped
@@ -429,7 +298,7 @@ func (r *run) failStopped(code, message string) {
 		if end = r.stopResponse(r.hard, id); end.aborted {
 			return
 		} else if end.handoff {
-			r.handoffCancelling()
+			r.endHandOff(handedOffCancelling)
 			return
 		}
 	}
@@ -452,7 +321,7 @@ func (r *run) handoff(readerDone <-chan outcome, upStop context.CancelFunc) {
 		select {
 		case <-r.idReady:
 		case out := <-readerDone:
-			r.concludeHandoff(out)
+			r.endAtShutdown(out)
 			return
 		case <-wait.C:
 			upStop()
@@ -463,12 +332,12 @@ func (r *run) handoff(readerDone <-chan outcome, upStop context.CancelFunc) {
 					return
 				}
 			}
-			r.concludeHandoff(out)
+			r.endAtShutdown(out)
 			return
 		}
 	}
 	upStop()
-	r.concludeHandoff(<-readerDone)
+	r.endAtShutdown(<-readerDone)
 }
 
 // endForeground stops a foreground response's run at shutdown: it cannot be
@@ -481,29 +350,34 @@ func (r *run) endForeground(readerDone <-chan outcome, upStop context.CancelFunc
 	defer wait.Stop()
 	select {
 	case out := <-readerDone:
-		r.conclude(out)
+		r.endAfterRead(out)
 	case <-wait.C:
 		upStop()
 		<-readerDone
-		r.failRun(events.CodeStreamLost, "the worker shut down before the response ended; a response that runs in the foreground "+
+		r.endFailed(events.CodeStreamLost, "the worker shut down before the response ended; a response that runs in the foreground "+
 			"(hosted agents ignore background) cannot be handed to another worker, and closing its stream stopped it", true, false)
 	}
 }
 
-// concludeHandoff ends a run the reader finished during shutdown, or
+// endAtShutdown ends a run the reader finished during shutdown, or
 // releases it for another worker.
-func (r *run) concludeHandoff(out outcome) {
+func (r *run) endAtShutdown(out outcome) {
 	switch {
 	case out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership || out.lost:
-		r.conclude(out)
+		r.endAfterRead(out)
 		return
 	}
-	r.handOff("run handed off")
+	r.endHandOff("run handed off")
 }
 
-// handOff gives the run to another worker at once (flush, release, nak),
+// handedOffCancelling is logged when a run is handed off at shutdown while
+// its response is being cancelled: the cancel is on record, and the next
+// owner goes on calling Foundry within the same bound.
+const handedOffCancelling = "run handed off while its cancel is being confirmed"
+
+// endHandOff gives the run to another worker at once (flush, release, nak),
 // at shutdown; note is logged.
-func (r *run) handOff(note string) {
+func (r *run) endHandOff(note string) {
 	r.end(ending{flush: true, release: true, job: nak})
 	r.w.m.handoffs.Inc()
 	r.logger().Info().Msg(note)
@@ -525,7 +399,7 @@ func (r *run) release(failure string) {
 // retryLater gives the job back before it was claimed, after a NATS
 // failure: it does not count as a failed attempt. The delay grows with the
 // deliveries, up to 30s.
-func (r *run) retryLater(what string, err error) {
+func (r *run) endRetryLater(what string, err error) {
 	r.logger().Warn().Err(err).Msg(what + "; the job will be retried")
 	if jserr.MissingResource(err) {
 		r.w.resourcesMissing()
