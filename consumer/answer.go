@@ -46,6 +46,12 @@ import (
 // maxCancelsInFlight bounds the cancel requests one worker answers at once.
 const maxCancelsInFlight = 256
 
+// answerTimeout bounds the NATS calls of one answer (the record, the job,
+// the run's tail). They take milliseconds; the bound is for a JetStream
+// that does not answer, e.g. during a leader election. No Foundry call is
+// made before the reply.
+const answerTimeout = 10 * time.Second
+
 // ownerAnswerTimeout is how long the worker that answered a cancel waits
 // for the run's owner to acknowledge the notice before it calls Foundry's
 // cancel itself.
@@ -115,7 +121,7 @@ func (w *Worker) onCancelNotice(m *nats.Msg) {
 		return
 	}
 	if r := w.owned(runID); r != nil {
-		r.requestCancel(req.Reason, trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)))
+		r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)))
 		if m.Reply != "" {
 			_ = m.Respond([]byte(w.cfg.WorkerID))
 		}
@@ -138,7 +144,7 @@ func (w *Worker) onCancelRecord(m *nats.Msg) {
 	if err != nil {
 		return // a malformed record cancels nothing here; the record's reader decides
 	}
-	r.requestCancel(req.Reason, trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)))
+	r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)))
 }
 
 // recheckCancels re-reads the stored cancel records of the runs this worker
@@ -158,17 +164,21 @@ func (w *Worker) recheckCancels() {
 			continue
 		}
 		req, _ := events.DecodeCancelRequest(m.Data) // an unreadable body is a cancel without a note
-		r.requestCancel(req.Reason, trace.SpanContext{})
+		r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContext{})
 	}
 }
 
-// requestCancel stops the run for a cancel request heard directly; from is
-// the span of the cancel's answer (if traced), linked from the run's cancel
-// span. Repeated requests are one cancel.
-func (r *run) requestCancel(note string, from trace.SpanContext) {
+// requestCancel stops the run for a cancel request heard directly, with
+// the requester's note and the client's id of the cancel; from is the span
+// of the cancel's answer (if traced), linked from the run's cancel span.
+// Repeated requests are one cancel.
+func (r *run) requestCancel(note, id string, from trace.SpanContext) {
 	r.mu.Lock()
 	if r.cancelNote == "" {
 		r.cancelNote = note
+	}
+	if r.cancelID == "" {
+		r.cancelID = id
 	}
 	if !r.cancelFrom.IsValid() {
 		r.cancelFrom = from
@@ -202,8 +212,8 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 	} else if req, err := events.DecodeCancelRequest(m.Data); err != nil {
 		reply = events.CancelReply{RunID: runID, Error: "invalid cancel request: " + err.Error()}
 	} else {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		reply, after = w.answerCancel(actx, runID, req, m.Data)
+		actx, cancel := context.WithTimeout(ctx, answerTimeout)
+		reply, after = w.answerCancel(actx, runID, req, m)
 		cancel()
 	}
 	data, _ := json.Marshal(reply)
@@ -230,15 +240,16 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 
 // answerCancel decides what a cancel request does from the run's record
 // (decideCancel) and does it; after, if not nil, is done once the reply is
-// out. body is the request as received, passed on to the owner.
-func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest, body []byte) (events.CancelReply, func()) {
+// out. m is the request as received, passed on to the owner.
+func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest, m *nats.Msg) (events.CancelReply, func()) {
+	id := m.Header.Get(events.HeaderCancelID)
 	for range 3 {
 		st, exists, err := w.readState(ctx, runID)
 		if err != nil {
 			if jserr.Unavailable(err) {
 				// The record cannot be read now: the cancel still goes to
 				// the owner, which applies it upstream and records it.
-				return w.cancelUnrecorded(ctx, runID, req, body, err)
+				return w.cancelUnrecorded(ctx, runID, req, m, err)
 			}
 			return events.CancelReply{RunID: runID, Error: err.Error()}, nil
 		}
@@ -246,11 +257,11 @@ func (w *Worker) answerCancel(ctx context.Context, runID string, req events.Canc
 		case cancelRefuse:
 			return events.CancelReply{RunID: runID, Error: fmt.Sprintf("the run's record has schema %d, newer than this worker's %d", st.Schema, stateSchema)}, nil
 		case cancelReportFinished:
-			return finishedReply(st), nil
+			return finishedReply(st, id), nil
 		case cancelThroughRecord:
-			return w.cancelTaken(ctx, runID, req, body)
+			return w.cancelTaken(ctx, runID, req, m)
 		case cancelBeforeStart:
-			reply, err := w.cancelNotTaken(ctx, runID, req, exists)
+			reply, err := w.cancelNotTaken(ctx, runID, req, id, exists)
 			if errors.Is(err, errClaimed) {
 				continue // a worker took the run meanwhile
 			}
@@ -260,11 +271,19 @@ func (w *Worker) answerCancel(ctx context.Context, runID string, req events.Canc
 	return events.CancelReply{RunID: runID, Error: "the run changed hands while the cancel was answered; send it again"}, nil
 }
 
-// finishedReply answers a cancel of a run that has ended.
-func finishedReply(st events.RunState) events.CancelReply {
+// finishedReply answers a cancel (the client's id, if it sent one) of a
+// run that has ended.
+func finishedReply(st events.RunState, id string) events.CancelReply {
 	reply := events.CancelReply{RunID: st.RunID, Result: events.CancelAlreadyFinished, Terminal: st.Terminal, UpstreamStatus: st.UpstreamStatus}
-	if st.Terminal == events.TypeRunCancelled && st.ResponseID == "" && st.CreateStartedAt == nil {
+	switch {
+	case st.Terminal != events.TypeRunCancelled:
+	case st.ResponseID == "" && st.CreateStartedAt == nil:
 		reply.Result = events.CancelCancelled // cancelled before it started: the answer it got the first time
+	case id != "" && st.Cancel != nil && st.Cancel.ID == id:
+		// This very cancel ended the run: its owner applied the stored
+		// record before the request was answered. The outcome is known
+		// already (terminal, upstream_status).
+		reply.Result = events.CancelCancelling
 	}
 	return reply
 }
@@ -273,40 +292,41 @@ func finishedReply(st events.RunState) events.CancelReply {
 // owner; it replies before Foundry is called. If the record could not be
 // written because the store is full, the owner is told all the same and
 // the reply says unrecorded.
-func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.CancelRequest, body []byte) (events.CancelReply, func()) {
-	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: time.Now().UTC()}
+func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.CancelRequest, m *nats.Msg) (events.CancelReply, func()) {
+	id := m.Header.Get(events.HeaderCancelID)
+	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: time.Now().UTC(), ID: id}
 	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
 		return recordCancel(s, exists, rec)
 	})
 	switch {
 	case errors.Is(err, errFinished):
-		return finishedReply(st), nil
+		return finishedReply(st, id), nil
 	case err != nil && (jserr.StoreFull(err) || jserr.Unavailable(err)):
-		return w.cancelUnrecorded(ctx, runID, req, body, err)
+		return w.cancelUnrecorded(ctx, runID, req, m, err)
 	case err != nil:
 		return events.CancelReply{RunID: runID, Error: "record the cancel: " + err.Error()}, nil
 	}
 	reply := events.CancelReply{RunID: runID, Result: events.CancelCancelling}
 	if r := w.owned(runID); r != nil {
-		r.requestCancel(req.Reason, trace.SpanContextFromContext(ctx))
+		r.requestCancel(req.Reason, id, trace.SpanContextFromContext(ctx))
 		return reply, nil
 	}
 	sc := trace.SpanContextFromContext(ctx)
-	return reply, func() { w.noticeOwner(runID, body, sc, st.ResponseID) }
+	return reply, func() { w.noticeOwner(runID, m, sc, st.ResponseID) }
 }
 
 // cancelUnrecorded carries a cancel that could not be recorded (the store
 // refuses writes, or the record cannot be read) to the run's owner, which
 // cancels upstream first and records the cancel when it can.
-func (w *Worker) cancelUnrecorded(ctx context.Context, runID string, req events.CancelRequest, body []byte, cause error) (events.CancelReply, func()) {
+func (w *Worker) cancelUnrecorded(ctx context.Context, runID string, req events.CancelRequest, m *nats.Msg, cause error) (events.CancelReply, func()) {
 	w.log.Warn().Err(cause).Str("run_id", runID).Msg("the cancel could not be recorded; telling the owner all the same")
 	reply := events.CancelReply{RunID: runID, Result: events.CancelCancelling, Unrecorded: true}
 	if r := w.owned(runID); r != nil {
-		r.requestCancel(req.Reason, trace.SpanContextFromContext(ctx))
+		r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(ctx))
 		return reply, nil
 	}
 	sc := trace.SpanContextFromContext(ctx)
-	return reply, func() { w.noticeOwner(runID, body, sc, "") }
+	return reply, func() { w.noticeOwner(runID, m, sc, "") }
 }
 
 // noticeOwner tells the run's owner about a cancel (a request on the cancel
@@ -316,10 +336,13 @@ func (w *Worker) cancelUnrecorded(ctx context.Context, runID string, req events.
 // dead, frozen or cut off, and the response must not bill on until the
 // run's lease lapses. Calls for one run are not repeated while one is in
 // flight.
-func (w *Worker) noticeOwner(runID string, body []byte, sc trace.SpanContext, responseID string) {
+func (w *Worker) noticeOwner(runID string, req *nats.Msg, sc trace.SpanContext, responseID string) {
 	m := nats.NewMsg(w.names.CancelSubject(runID))
-	m.Data = body
+	m.Data = req.Data
 	m.Header.Set(events.HeaderCancelNotice, w.cfg.WorkerID)
+	if id := req.Header.Get(events.HeaderCancelID); id != "" {
+		m.Header.Set(events.HeaderCancelID, id)
+	}
 	tracing.Inject(trace.ContextWithSpanContext(context.Background(), sc), m.Header)
 	ctx, cancel := context.WithTimeout(context.Background(), ownerAnswerTimeout)
 	_, err := w.nc.RequestMsgWithContext(ctx, m)
@@ -358,13 +381,13 @@ func (w *Worker) runSpan(ctx context.Context, runID string) trace.SpanContext {
 // cancelled first (a worker that pulls the job now finds it finished), then
 // run.cancelled is published and the job deleted. Without a job or a record
 // the run is unknown.
-func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.CancelRequest, exists bool) (events.CancelReply, error) {
+func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.CancelRequest, id string, exists bool) (events.CancelReply, error) {
 	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		job, err = nil, nil
 	}
 	if err != nil {
-		return events.CancelReply{RunID: runID, Error: "look up the run's job: " + err.Error()}, nil
+		return w.notTakenUnrecorded(runID, "look up the run's job", err), nil
 	}
 	if job == nil && !exists {
 		w.forgetCancel(ctx, runID)
@@ -379,10 +402,10 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	}
 	pos, err := w.tail(ctx, runID)
 	if err != nil {
-		return events.CancelReply{RunID: runID, Error: err.Error()}, nil
+		return w.notTakenUnrecorded(runID, "read the run's last event", err), nil
 	}
 	now := time.Now().UTC()
-	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now}
+	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now, ID: id}
 	end := events.RunEvent{RunID: runID, Seq: pos.Seq + 1, Type: events.TypeRunCancelled, Time: now,
 		Reason: events.ReasonRequested, Usage: &events.Usage{}}
 	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
@@ -392,9 +415,9 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	case errors.Is(err, errClaimed):
 		return events.CancelReply{}, err
 	case errors.Is(err, errFinished):
-		return finishedReply(st), nil
+		return finishedReply(st, id), nil
 	case err != nil:
-		return events.CancelReply{RunID: runID, Error: "record the cancel: " + err.Error()}, nil
+		return w.notTakenUnrecorded(runID, "record the cancel", err), nil
 	}
 	if err := w.publishEnd(ctx, runID, pos, end, w.log.With().Str("run_id", runID).Logger()); err != nil {
 		// The record says cancelled; the worker that pulls the job
@@ -414,6 +437,19 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	}
 	w.m.runEnded(end, submitted)
 	return events.CancelReply{RunID: runID, Result: events.CancelCancelled}, nil
+}
+
+// notTakenUnrecorded answers a cancel of a run no worker has taken when
+// the worker could not act on it (what failed, with err): if JetStream is
+// slow or full, the cancel the client stored on the cancels stream is
+// applied by the worker that takes the run, and the reply says cancelling,
+// unrecorded; any other failure is the reply's error.
+func (w *Worker) notTakenUnrecorded(runID, what string, err error) events.CancelReply {
+	if !jserr.Unavailable(err) && !jserr.StoreFull(err) {
+		return events.CancelReply{RunID: runID, Error: what + ": " + err.Error()}
+	}
+	w.log.Warn().Err(err).Str("run_id", runID).Msg(what + " for a cancel of a queued run; its stored cancel is applied when the run is taken")
+	return events.CancelReply{RunID: runID, Result: events.CancelCancelling, Unrecorded: true}
 }
 
 // forgetCancel drops the cancel record of a run id that names no run, so

@@ -51,10 +51,10 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 		return nil
 	}
 	req, _ := events.DecodeCancelRequest(m.Data) // an unreadable body is a cancel without a note
-	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: m.Time.UTC()}
+	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: m.Time.UTC(), ID: m.Header.Get(events.HeaderCancelID)}
 	r.mu.Lock()
 	if r.cancelNote == "" {
-		r.cancelNote = req.Reason
+		r.cancelNote, r.cancelID = req.Reason, rec.ID
 	}
 	r.mu.Unlock()
 	r.recordCancel(ctx, rec)
@@ -70,7 +70,7 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.CancelFunc) {
 	r.mu.Lock()
 	from := r.cancelFrom
-	note := r.cancelNote
+	note, cancelID := r.cancelNote, r.cancelID
 	r.mu.Unlock()
 	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("foundryq.reason", reason))}
 	if from.IsValid() {
@@ -88,7 +88,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 		defer recorded.Done()
 		ctx, cancel := context.WithTimeout(hard, 5*time.Second)
 		defer cancel()
-		r.recordCancel(ctx, events.CancelRecord{Reason: reason, Note: note, At: time.Now().UTC()})
+		r.recordCancel(ctx, events.CancelRecord{Reason: reason, Note: note, At: time.Now().UTC(), ID: cancelID})
 	}()
 	defer recorded.Wait()
 
@@ -99,7 +99,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 			id = r.currentResponseID()
 		case out := <-readerDone:
 			recorded.Wait()
-			r.cancelledBeforeID(reason, out)
+			r.endCancelledBeforeID(reason, out)
 			return
 		case <-r.hard.Done():
 			return
@@ -111,43 +111,43 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 		upStop()
 		<-readerDone
 		recorded.Wait()
-		r.finishCancelled(reason, stopped{how: reachUnknown})
+		r.endCancelled(reason, stopped{how: reachUnknown})
 		return
 	}
 	// Nothing Foundry generates from now on is relayed.
 	upStop()
 	if out := <-readerDone; out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership {
 		recorded.Wait()
-		r.conclude(out) // the response ended before the reader stopped
+		r.endAfterRead(out) // the response ended before the reader stopped
 		return
 	}
 	end := r.stopResponse(hard, id)
 	recorded.Wait()
 	switch {
 	case end.handoff:
-		r.handoffCancelling()
+		r.endHandOff(handedOffCancelling)
 	case end.aborted:
 		return
 	case end.endedFirst:
 		// Foundry finished the response before the cancel reached it: the
 		// run ends as Foundry ended it, with every token relayed.
 		r.logger().Info().Str("upstream_status", end.resp.Status).Msg("the response had already ended upstream; relaying its end")
-		r.conclude(r.publishRest(hard, end.resp))
+		r.endAfterRead(r.publishRest(hard, end.resp))
 	default:
-		r.finishCancelled(reason, end)
+		r.endCancelled(reason, end)
 	}
 }
 
 // cancelledBeforeID ends a cancelled run whose reader stopped before the
 // response id was known.
-func (r *run) cancelledBeforeID(reason string, out outcome) {
+func (r *run) endCancelledBeforeID(reason string, out outcome) {
 	switch {
 	case out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership:
-		r.conclude(out)
+		r.endAfterRead(out)
 	case out.noResponse:
-		r.finishCancelled(reason, stopped{how: reachNone})
+		r.endCancelled(reason, stopped{how: reachNone})
 	default:
-		r.finishCancelled(reason, stopped{how: reachUnknown})
+		r.endCancelled(reason, stopped{how: reachUnknown})
 	}
 }
 
@@ -319,25 +319,10 @@ func (r *run) noteCancelFailing(err error) {
 	}
 }
 
-// handoffCancelling gives a run back at shutdown while its response is
-// being cancelled: the cancel is on record, and the next owner goes on
-// calling Foundry within the same bound.
-func (r *run) handoffCancelling() {
-	if err := r.rel.flush(r.hard); err != nil {
-		r.logger().Warn().Err(err).Msg("flush events before hand-off")
-	}
-	r.release("")
-	if err := r.msg.Nak(); err != nil {
-		r.logger().Warn().Err(err).Msg("nak for hand-off")
-	}
-	r.w.m.handoffs.Inc()
-	r.logger().Info().Msg("run handed off while its cancel is being confirmed")
-}
-
-// finishCancelled ends the run as run.cancelled with what stopping the
+// endCancelled ends the run as run.cancelled with what stopping the
 // response came to: Foundry's last word and usage; a response that ran on
 // to its end is counted (completed_after_cancel) and logged.
-func (r *run) finishCancelled(reason string, s stopped) {
+func (r *run) endCancelled(reason string, s stopped) {
 	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason, ResponseID: r.currentResponseID(), UpstreamStatus: s.upstreamStatus()}
 	switch s.how {
 	case reachNone:
@@ -360,7 +345,7 @@ func (r *run) finishCancelled(reason string, s stopped) {
 		ev.UsageUnknown = true
 	}
 	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
-	r.finish(ev, -1, ev.UpstreamStatus)
+	r.end(endWith(ev, -1, ev.UpstreamStatus))
 	if ev.ResponseID != "" && (ev.UpstreamStatus == foundry.StatusCancelled || ev.UpstreamStatus == events.UpstreamUnconfirmed) && r.w.cfg.CancelAuditDelay > 0 {
 		r.w.audit(r.id, ev.ResponseID)
 	}

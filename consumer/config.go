@@ -215,10 +215,6 @@ func (c Config) validate() error {
 	return nil
 }
 
-// ErrInvalidConfig is wrapped by the error New and Validate return for a
-// bad Config (with ErrInvalidProvisionConfig for a bad Provision).
-var ErrInvalidConfig = errors.New("consumer: invalid config")
-
 // Validate checks cfg as New does, after applying the defaults: every
 // value that is out of range is named in the error, with what is accepted.
 func (c Config) Validate() error { return c.withDefaults().validate() }

@@ -22,23 +22,12 @@ import (
 //	 cancelled            completed | failed | cancelled
 //
 // recordCancel may happen at any point before the end. Only workers write
-// the record; clients read it.
+// the record; clients read it. docs/lifecycle.md draws every transition
+// (TestLifecycleIsDrawn keeps the drawing true).
 
 // stateSchema is the version of the state record this worker writes and
 // understands. A worker that finds a newer one hands the run back.
 const stateSchema = 1
-
-// Decisions a transition can return. Errors from NATS are never among them,
-// so a caller can tell "the record says no" from "the write did not land".
-var (
-	errFinished      = errors.New("run already finished")
-	errReused        = errors.New("run id already used by a different request")
-	errNewerSchema   = errors.New("state record written by a newer worker")
-	errNotOwner      = errors.New("another worker owns the run")
-	errCreateStarted = errors.New("an upstream create was started before")
-	errOtherResponse = errors.New("the run has another upstream response")
-	errClaimed       = errors.New("a worker has taken the run")
-)
 
 // isDecision reports whether err is a transition's answer rather than a
 // failure to read or write the record.

@@ -327,17 +327,27 @@ func TestDecideCancel(t *testing.T) {
 
 func TestFinishedReply(t *testing.T) {
 	before := finished(events.TypeRunCancelled)
-	if r := finishedReply(before); r.Result != events.CancelCancelled {
+	if r := finishedReply(before, ""); r.Result != events.CancelCancelled {
 		t.Errorf("cancelled before start: %+v", r)
 	}
 	after := finished(events.TypeRunCancelled)
 	after.ResponseID = "resp"
-	if r := finishedReply(after); r.Result != events.CancelAlreadyFinished || r.Terminal != events.TypeRunCancelled {
+	if r := finishedReply(after, ""); r.Result != events.CancelAlreadyFinished || r.Terminal != events.TypeRunCancelled {
 		t.Errorf("cancelled after start: %+v", r)
+	}
+	// The owner applied this very cancel from its stored record before the
+	// request was answered: cancelling, with the outcome known.
+	after.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, ID: "c1"}
+	after.UpstreamStatus = "cancelled"
+	if r := finishedReply(after, "c1"); r.Result != events.CancelCancelling || r.UpstreamStatus != "cancelled" {
+		t.Errorf("cancelled by this cancel: %+v", r)
+	}
+	if r := finishedReply(after, "c2"); r.Result != events.CancelAlreadyFinished {
+		t.Errorf("cancelled by another cancel: %+v", r)
 	}
 	lost := finished(events.TypeRunCancelled)
 	lost.CreateStartedAt = ptr(t0)
-	if r := finishedReply(lost); r.Result != events.CancelAlreadyFinished {
+	if r := finishedReply(lost, ""); r.Result != events.CancelAlreadyFinished {
 		t.Errorf("cancelled with the create's outcome unknown: %+v", r)
 	}
 }

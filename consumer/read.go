@@ -257,8 +257,7 @@ func (r *run) findResponse(pos position) bool {
 		var err error
 		if id, err = r.w.firstResponseID(r.hard, r.id); err != nil {
 			r.logger().Warn().Err(err).Msg("look for the response id on the run's subject; the job will be retried")
-			r.release("")
-			_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
+			r.end(ending{release: true, job: nak, delay: r.w.cfg.RetryDelay})
 			return false
 		}
 	}

@@ -11,10 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrNotReady is wrapped by every error Ready returns; the rest of the
-// message is a one-line reason.
-var ErrNotReady = errors.New("not ready")
-
 // readiness is what Ready looks at: the pull loop's heartbeat, and the last
 // check that the streams, consumer and bucket exist (reused for
 // Config.ReadyCheckInterval).
@@ -103,9 +99,6 @@ func (w *Worker) resourcesReady(ctx context.Context) error {
 	w.ready.checkedAt, w.ready.checkErr = time.Now(), err
 	return err
 }
-
-// errResourceMissing marks a stream, consumer or bucket that does not exist.
-var errResourceMissing = errors.New("missing")
 
 // checkResources reads the info of each stream (the bucket's included) and
 // of the worker consumer: six JetStream API calls, each one the worker role

@@ -32,10 +32,6 @@ func eventTextLimit(maxPayload int64) int {
 	return int(max(min(maxEventText, maxPayload/8), 512))
 }
 
-// errPublishRefused wraps a publish error that a retry cannot fix (the
-// message is too large for the server).
-var errPublishRefused = errors.New("event refused by NATS")
-
 // relay publishes one run's events on its event subject with exactly one
 // publish in flight. Events added while a publish waits for its ack queue up;
 // consecutive text deltas merge into one event, so a slow store gets fewer,

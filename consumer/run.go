@@ -1,110 +1,23 @@
 package consumer
 
+// A run's life, top to bottom: handle takes a job, execute claims the run
+// and decides whether it goes upstream, drive reads Foundry (read.go) while
+// watching for an interruption, interrupt stops the run for its cause
+// (cancel.go for a cancel, deadline or abandonment; endings.go for a
+// hand-off or a lost ownership), endAfterRead decides how a reader's
+// outcome ends the run, and end makes the run leave the worker: its end
+// recorded, its terminal event published, its job settled.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/foundry"
-	"github.com/foundryq/foundryq/internal/tracing"
 )
-
-// run is one job owned by this worker, from the moment it was pulled until
-// its terminal event is stored and the job acked (or it is handed off).
-type run struct {
-	w     *Worker
-	msg   jetstream.Msg
-	id    string
-	owner owner
-	// log is the run's logger: run_id, attempt and worker, and response_id
-	// once known (setResponseID). Read it with logger().
-	log atomic.Pointer[zerolog.Logger]
-	// span is the run's "foundryq run" span; ctx and hard carry it.
-	span trace.Span
-
-	taken     time.Time    // when this worker took the job
-	submitted time.Time    // when the run request was stored (zero if unknown)
-	activity  atomic.Int64 // unix nanos of the last event stored (or taken)
-	// createAt is when this run sent its create (zero if it did not), and
-	// firstText whether the response's first text arrived; the reader's
-	// own (read, create, relayStream).
-	createAt  time.Time
-	firstText bool
-	// upStop stops the reader with a cause (errUpstreamQueued); set by
-	// drive before the reader starts. queued times a response that Foundry
-	// keeps queued; the reader's own.
-	upStop  context.CancelCauseFunc
-	queued  *time.Timer
-	stalled bool // the record says the stream went silent (stalled_at)
-
-	// ctx ends when something asks the run to stop; its cause says what
-	// (ErrCancelRequested, ErrRunTimeout, ErrAbandoned, ErrShutdown,
-	// ErrLostOwnership). Stopping is a decision the run makes, not an abort.
-	ctx  context.Context
-	stop context.CancelCauseFunc
-	// hard bounds every NATS and Foundry call of the run; it ends only when
-	// the run is aborted (shutdown timeout) or done.
-	hard  context.Context
-	abort context.CancelFunc
-
-	rel       *relay
-	relayDone chan struct{} // closed when the relay's goroutine returns
-	lostOnce  sync.Once     // counts the loss of ownership once (countLost)
-
-	mu         sync.Mutex
-	state      events.RunState   // the record as this run last wrote or read it
-	cancelNote string            // the requester's text of a cancel heard directly
-	cancelFrom trace.SpanContext // the span of that cancel's answer, if traced
-	responseID string
-	idSeenAt   time.Time     // when the response id was first known to this run
-	idReady    chan struct{} // closed once the Foundry response id is known
-	createSent bool          // the create was (or is being) sent upstream
-	foreground bool          // Foundry runs the response in the foreground: no resume, no cancel
-}
-
-// newRun makes the run of a job. Its span continues the trace context in
-// the job's headers; the caller ends it (r.span.End).
-func (w *Worker) newRun(msg jetstream.Msg, runID string, attempt int, submitted time.Time) *run {
-	base, span := w.tracer.Start(tracing.Extract(context.Background(), msg.Headers()), "foundryq run",
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("foundryq.run_id", runID), attribute.Int("foundryq.attempt", attempt),
-			attribute.String("foundryq.worker", w.cfg.WorkerID)))
-	ctx, stop := context.WithCancelCause(base)
-	hard, abort := context.WithCancel(base)
-	r := &run{
-		w:         w,
-		msg:       msg,
-		id:        runID,
-		owner:     owner{worker: w.cfg.WorkerID, attempt: attempt},
-		span:      span,
-		taken:     time.Now(),
-		submitted: submitted,
-		ctx:       ctx,
-		stop:      stop,
-		hard:      hard,
-		abort:     abort,
-		idReady:   make(chan struct{}),
-	}
-	log := w.log.With().Str("run_id", runID).Int("attempt", attempt).Logger()
-	r.log.Store(&log)
-	r.activity.Store(r.taken.UnixNano())
-	return r
-}
-
-// logger returns the run's logger.
-func (r *run) logger() *zerolog.Logger { return r.log.Load() }
-
-// lastActivity is when the run last stored an event, or was taken.
-func (r *run) lastActivity() time.Time { return time.Unix(0, r.activity.Load()) }
 
 // handle owns one job until it ends.
 func (w *Worker) handle(msg jetstream.Msg) {
@@ -118,16 +31,16 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		}
 	}
 	runID, ok := w.names.RunIDFromSubject(msg.Subject())
-	if !ok {
-		w.log.Warn().Str("subject", msg.Subject()).Msg("job on a subject that names no valid run id; dead-lettered")
-		w.deadLetter(context.Background(), msg, "", events.CodeInvalidRequest, "subject "+msg.Subject()+" does not name a valid run id")
-		_ = msg.TermWithReason("invalid run id")
-		return
-	}
 	r := w.newRun(msg, runID, attempt, submitted)
 	defer r.span.End()
 	defer r.abort()
 	defer r.stop(nil)
+	if !ok {
+		r.logger().Warn().Str("subject", msg.Subject()).Msg("job on a subject that names no valid run id; dead-lettered")
+		r.end(ending{dead: &deadNote{events.CodeInvalidRequest, "subject " + msg.Subject() + " does not name a valid run id"},
+			job: term, reason: "invalid run id"})
+		return
+	}
 	if other, ok := w.register(r); !ok {
 		if sameJob(other.msg, msg) {
 			// The lease of our delivery lapsed while we still run it;
@@ -141,35 +54,24 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		// a moment, to be judged against the run's state once ours is
 		// gone. Ignoring it would hold it for a whole ack wait.
 		r.logger().Info().Msg("new job for a run this worker is still finishing; retried shortly")
-		_ = msg.NakWithDelay(w.cfg.RetryDelay)
+		r.end(retryAfter(w.cfg.RetryDelay))
 		return
 	}
 	defer w.unregister(r)
 	if w.isStopping() {
 		// Fetched in the last poll before shutdown: give it back at once.
 		r.logger().Info().Msg("job arrived during shutdown; handed back")
-		_ = msg.Nak()
+		r.end(retryAfter(0))
 		return
 	}
 	r.execute()
-}
-
-// sameJob reports whether a and b are deliveries of the same stored job
-// (the same stream sequence), rather than two jobs for one run id.
-func sameJob(a, b jetstream.Msg) bool {
-	ma, errA := a.Metadata()
-	mb, errB := b.Metadata()
-	if errA != nil || errB != nil {
-		return true // cannot tell: keep the old behaviour, ignore it
-	}
-	return ma.Sequence.Stream == mb.Sequence.Stream
 }
 
 func (r *run) execute() {
 	w := r.w
 	pos, err := w.tail(r.hard, r.id)
 	if err != nil {
-		r.retryLater("read the run's last event", err)
+		r.endRetryLater("read the run's last event", err)
 		return
 	}
 	req, decodeErr := events.DecodeRunMsg(r.msg.Subject(), r.msg.Data(), w.names)
@@ -183,21 +85,21 @@ func (r *run) execute() {
 	case errors.Is(err, errFinished):
 		r.logger().Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
 		r.repairEnd(st, pos)
-		r.ack()
+		r.end(ending{job: ack})
 		return
 	case errors.Is(err, errReused):
-		r.refuseReused(st)
+		r.endReused(st)
 		return
 	case errors.Is(err, errNewerSchema):
 		r.logger().Warn().Err(err).Msg("the run's state was written by a newer worker; leaving the run to it")
-		_ = r.msg.NakWithDelay(10 * time.Second)
+		r.end(retryAfter(10 * time.Second))
 		return
 	case errors.Is(err, events.ErrStateCorrupt):
 		r.startRelay(pos)
-		r.failCorrupt(err)
+		r.endCorrupt(err)
 		return
 	case err != nil:
-		r.retryLater("claim the run in the state bucket", err)
+		r.endRetryLater("claim the run in the state bucket", err)
 		return
 	}
 
@@ -211,16 +113,16 @@ func (r *run) execute() {
 
 	switch {
 	case decodeErr != nil:
-		r.failInvalid(decodeErr)
+		r.endInvalid(decodeErr)
 		return
 	case budgetSpent(st, w.maxFailures()):
-		r.giveUp()
+		r.endBudgetSpent()
 		return
 	}
 	if cancel := r.pendingCancel(st); cancel != nil {
 		if st.ResponseID == "" && st.CreateStartedAt == nil {
 			r.logger().Info().Str("reason", cancel.Reason).Msg("cancel recorded before the run started; Foundry is not called")
-			r.finishCancelled(cancel.Reason, stopped{how: reachNone})
+			r.endCancelled(cancel.Reason, stopped{how: reachNone})
 			return
 		}
 		r.stop(causeOf(cancel.Reason))
@@ -232,30 +134,6 @@ func (r *run) execute() {
 	timers := r.armTimers(req)
 	defer timers.stop()
 	r.drive(req, pos)
-}
-
-// startRelay starts publishing this run's events after pos.
-func (r *run) startRelay(pos position) {
-	r.rel = r.w.newRelay(r.id, pos, r.w.cfg.EventInterval, *r.logger())
-	r.rel.activity = &r.activity
-	r.rel.onStoreFull = func() { r.stop(errStoreFull) }
-	r.relayDone = make(chan struct{})
-	go func() {
-		defer close(r.relayDone)
-		r.rel.run(r.hard, func(err error) {
-			if errors.Is(err, ErrLostOwnership) {
-				r.stop(ErrLostOwnership)
-			} else if errors.Is(err, errPublishRefused) {
-				r.logger().Error().Err(err).Msg("an event of the run was refused by NATS")
-				r.stop(err)
-			}
-		})
-	}()
-}
-
-func (r *run) stopRelay() {
-	r.rel.close()
-	<-r.relayDone
 }
 
 // drive runs the upstream reader and decides how the run ends. The reader
@@ -287,7 +165,7 @@ func (r *run) drive(req events.RunRequest, pos position) {
 		defer close(interrupted)
 		select {
 		case out := <-readerDone: // the reader ended first after all
-			r.conclude(out)
+			r.endAfterRead(out)
 		default:
 			r.interrupt(readerDone, upStop)
 		}
@@ -297,7 +175,7 @@ func (r *run) drive(req events.RunRequest, pos position) {
 		r.queued.Stop()
 	}
 	if stopWatch() {
-		r.conclude(out)
+		r.endAfterRead(out)
 		return
 	}
 	readerDone <- out
@@ -316,120 +194,173 @@ func (r *run) interrupt(readerDone <-chan outcome, upStop context.CancelFunc) {
 	case errors.Is(cause, errPublishRefused):
 		upStop()
 		<-readerDone
-		r.failAttempt(cause, "publish", false)
+		r.endAttempt(cause, "publish", false)
 	case errors.Is(cause, errStoreFull):
 		upStop()
 		<-readerDone
-		r.failStopped(events.CodeStoreFull, fmt.Sprintf("JetStream refused the run's events, its store full, for %s: "+
+		r.endGivenUp(events.CodeStoreFull, fmt.Sprintf("JetStream refused the run's events, its store full, for %s: "+
 			"the response was cancelled upstream so that no output nobody can receive is billed", r.w.cfg.StoreFullTimeout))
 	default:
 		r.cancel(reasonOf(cause), readerDone, upStop)
 	}
 }
 
-// conclude ends a run whose reader stopped on its own.
-func (r *run) conclude(out outcome) {
+// endAfterRead ends a run whose reader stopped on its own.
+func (r *run) endAfterRead(out outcome) {
 	switch {
 	case out.terminal != nil:
-		r.finish(*out.terminal, out.upstreamSeq, out.upstreamStatus)
+		r.end(endWith(*out.terminal, out.upstreamSeq, out.upstreamStatus))
 	case out.cancelledUpstream != nil:
 		reason, ok := r.cancelReason()
 		if !ok {
 			reason = events.ReasonRequested
 			r.logger().Warn().Msg("Foundry reports the response cancelled, not by this run's cancel subject")
 		}
-		r.finishCancelled(reason, stopped{how: reachFinal, resp: out.cancelledUpstream})
+		r.endCancelled(reason, stopped{how: reachFinal, resp: out.cancelledUpstream})
 	case out.lostOwnership:
 		r.lostOwnership(out)
 	case out.lost:
 		r.endLost(out.err)
 	case out.invalid:
-		r.failInvalid(out.err)
+		r.endInvalid(out.err)
 	case errors.Is(out.err, errUpstreamStalled):
-		r.failStopped(events.CodeUpstreamStalled, out.err.Error())
+		r.endGivenUp(events.CodeUpstreamStalled, out.err.Error())
 	case errors.Is(out.err, errUpstreamQueued):
-		r.failStopped(events.CodeUpstreamQueued, out.err.Error())
+		r.endGivenUp(events.CodeUpstreamQueued, out.err.Error())
 	default:
-		r.failUpstream(out)
+		r.endUpstreamError(out)
 	}
 }
 
-func (r *run) currentResponseID() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.responseID
+// How a run leaves this worker. Every path builds one ending and hands it
+// to end, which copies the request to the dead letters if asked, records
+// the run's end and publishes its terminal event, gives the run back in its
+// record, and settles the job: settle is the only place that acks, naks or
+// terms a job.
+
+// settlement is what becomes of the job.
+type settlement int
+
+const (
+	leave settlement = iota // nothing: another worker owns the run now, or the run was aborted; the lease lapses
+	ack                     // done: its terminal event is stored (or it was stored before)
+	nak                     // deliver it again, after ending.delay
+	term                    // never deliver it again (ending.reason)
+)
+
+// ending is one way a run leaves this worker.
+type ending struct {
+	// dead, when set, copies the request to the dead-letter stream first.
+	dead *deadNote
+	// event, when set, is the run's terminal event: every queued event is
+	// stored, the end is recorded in the state bucket (finishRun, or
+	// record), then the event is stored with the seq the record names, and
+	// only then is the job settled. A failure between two steps leaves the
+	// job, and its next delivery repairs the run (repairEnd).
+	event          *events.RunEvent
+	upstreamSeq    int64  // the Foundry sequence number the event came from, -1 if none
+	upstreamStatus string // Foundry's last word, for the record
+	// record writes the end into the state bucket instead of finishRun
+	// (a record that cannot be read is replaced).
+	record func(end events.RunEvent) error
+	// flush stores the queued events before the job is given back.
+	flush bool
+	// release gives the run back in its record (releaseRun), with failure
+	// saying why the attempt failed ("" for a hand-off).
+	release bool
+	failure string
+	job     settlement
+	delay   time.Duration // with nak
+	reason  string        // with term
 }
 
-// setResponseID makes the response id known to this run at once (a cancel
-// waiting for it goes ahead); saving it durably is saveResponseID's job.
-// seenAt is when the response was created, as far as the run knows.
-func (r *run) setResponseID(id string, seenAt time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.responseID != "" {
+// end makes the run leave this worker as e says.
+func (r *run) end(e ending) {
+	if e.dead != nil {
+		r.w.deadLetter(r.hard, r.msg, r.id, e.dead.code, e.dead.message)
+	}
+	if e.event != nil {
+		ev, ok := r.storeEnd(e)
+		if !ok {
+			return
+		}
+		r.settle(e)
+		r.w.m.runEnded(ev, r.submitted)
+		r.logEnd(ev, e.upstreamStatus)
 		return
 	}
-	r.responseID = id
-	r.idSeenAt = seenAt
-	close(r.idReady)
-	log := r.logger().With().Str("response_id", id).Logger()
-	r.log.Store(&log)
-	r.span.SetAttributes(attribute.String("foundry.response_id", id))
-}
-
-// notYetVisible reports an upstream 404 for a response this run learned of
-// less than foundry.NotFoundGrace ago: Azure has been measured answering 404
-// for up to about 33 s after a streamed create, so such a 404 means "not
-// yet", not "gone".
-func (r *run) notYetVisible(err error) bool {
-	r.mu.Lock()
-	seen := r.idSeenAt
-	r.mu.Unlock()
-	return !seen.IsZero() && foundry.NotYetVisible(err, time.Since(seen))
-}
-
-func (r *run) setForeground() {
-	r.mu.Lock()
-	r.foreground = true
-	r.mu.Unlock()
-}
-
-func (r *run) isForeground() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.foreground
-}
-
-func (r *run) markCreateSent() {
-	r.mu.Lock()
-	r.createSent = true
-	r.mu.Unlock()
-}
-
-func (r *run) wasCreateSent() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.createSent
-}
-
-func reasonOf(cause error) string {
-	switch {
-	case errors.Is(cause, ErrRunTimeout):
-		return events.ReasonTimeout
-	case errors.Is(cause, ErrAbandoned):
-		return events.ReasonAbandoned
-	default:
-		return events.ReasonRequested
+	if e.flush {
+		if err := r.rel.flush(r.hard); err != nil {
+			r.logger().Warn().Err(err).Msg("store the run's events before giving it back")
+		}
 	}
+	if e.release {
+		r.release(e.failure)
+	}
+	r.settle(e)
 }
 
-func causeOf(reason string) error {
-	switch reason {
-	case events.ReasonTimeout:
-		return ErrRunTimeout
-	case events.ReasonAbandoned:
-		return ErrAbandoned
-	default:
-		return ErrCancelRequested
+// storeEnd stores the queued events, records the end, then stores the
+// terminal event; it reports whether all three landed.
+func (r *run) storeEnd(e ending) (events.RunEvent, bool) {
+	ev := *e.event
+	if err := r.rel.flush(r.hard); err != nil {
+		if errors.Is(err, ErrLostOwnership) {
+			r.countLost()
+		}
+		r.logger().Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
+		return ev, false
+	}
+	ev.RunID = r.id
+	ev.Seq = r.rel.nextSeq()
+	ev.Time = time.Now().UTC()
+	record := e.record
+	if record == nil {
+		record = func(end events.RunEvent) error {
+			_, err := r.persist("record the run's end", func(s *events.RunState, _ bool) error {
+				return finishRun(s, r.owner, end, e.upstreamStatus, end.Time)
+			})
+			return err
+		}
+	}
+	if err := record(ev); err != nil {
+		if isDecision(err) {
+			if errors.Is(err, errNotOwner) {
+				r.countLost()
+			}
+			r.logger().Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
+		} else {
+			r.logger().Error().Err(err).Msg("record the run's end; the job will be delivered again")
+		}
+		return ev, false
+	}
+	r.rel.add(ev, e.upstreamSeq)
+	if err := r.rel.flush(r.hard); err != nil {
+		if errors.Is(err, ErrLostOwnership) {
+			r.countLost()
+		}
+		r.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
+		return ev, false
+	}
+	return ev, true
+}
+
+// settle acks, naks or terms the job, as e says: the one place that does.
+func (r *run) settle(e ending) {
+	var err error
+	switch e.job {
+	case ack:
+		ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
+		err = r.msg.DoubleAck(ctx)
+		cancel()
+	case nak:
+		err = r.msg.NakWithDelay(e.delay)
+	case term:
+		err = r.msg.TermWithReason(e.reason)
+	case leave:
+		return
+	}
+	if err != nil {
+		r.logger().Warn().Err(err).Int("settlement", int(e.job)).Msg("settle the job")
 	}
 }

@@ -20,11 +20,6 @@ import (
 // overwrite each other's changes; the lifecycle transitions are the
 // functions applied.
 
-// errSkipUpdate, returned by the function given to stateStore.Update or
-// Upsert, leaves the stored state as it is; the call returns the current
-// state and a nil error.
-var errSkipUpdate = errors.New("skip state update")
-
 // maxCASAttempts bounds the read-modify-write retries of Update and Upsert.
 const maxCASAttempts = 32
 

@@ -1,19 +1,12 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/foundryq/foundryq/internal/jserr"
 )
-
-// errStoreFull stops a run whose events JetStream has refused, its store
-// full, for longer than Config.StoreFullTimeout: its response is cancelled
-// upstream (nobody can receive its output) and the run ends run.failed
-// store_full once anything can be written.
-var errStoreFull = errors.New("consumer: JetStream refuses the run's events: its store is full")
 
 // storeWatchFor is how long after JetStream last refused a write for want
 // of space the worker still reports it (in Ready): a relay retries a

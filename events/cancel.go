@@ -17,6 +17,13 @@ type CancelRequest struct {
 // subject, workers do not answer it, and clients never send it.
 const HeaderCancelNotice = "Foundryq-Cancel-Notice"
 
+// HeaderCancelID carries a client's id of one cancel on both its stored
+// record and its request (Client.Cancel sets it). A worker that finds the
+// run already ended as run.cancelled by the cancel with that id, which the
+// run's owner may apply from the stored record before the request is
+// answered, answers cancelling rather than already_finished. Optional.
+const HeaderCancelID = "Foundryq-Cancel-Id"
+
 // CancelResult is the outcome reported in a CancelReply.
 type CancelResult string
 

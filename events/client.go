@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -250,7 +251,10 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (_ CancelRepl
 	slice := max(total/3, 50*time.Millisecond)
 	reserve := total / 10
 
-	stored, storeErr, err := c.recordCancel(ctx, runID, data)
+	// One id for the stored record and the request: a worker that finds
+	// the run already ended by this cancel answers cancelling.
+	id := nuid.Next()
+	stored, storeErr, err := c.recordCancel(ctx, runID, id, data)
 	if err != nil {
 		return CancelReply{}, err
 	}
@@ -259,7 +263,7 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (_ CancelRepl
 	for {
 		if !stored && attempts > 0 {
 			// The store may have room again: another try costs one publish.
-			if ok, serr, err := c.recordCancel(ctx, runID, data); err == nil {
+			if ok, serr, err := c.recordCancel(ctx, runID, id, data); err == nil {
 				stored = ok
 				if serr != nil {
 					storeErr = serr
@@ -274,6 +278,7 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (_ CancelRepl
 		rctx, rcancel := context.WithDeadline(ctx, end)
 		rmsg := nats.NewMsg(c.names.CancelSubject(runID))
 		rmsg.Data = data
+		rmsg.Header.Set(HeaderCancelID, id)
 		tracing.Inject(ctx, rmsg.Header)
 		msg, rerr := c.nc.RequestMsgWithContext(rctx, rmsg)
 		rcancel()
@@ -325,9 +330,10 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (_ CancelRepl
 // true then too. A write refused because JetStream's store or the stream is
 // full gives stored false and that refusal as storeErr, not an error: the
 // cancel request still carries the cancel to the run's owner.
-func (c *Client) recordCancel(ctx context.Context, runID string, body []byte) (stored bool, storeErr, err error) {
+func (c *Client) recordCancel(ctx context.Context, runID, id string, body []byte) (stored bool, storeErr, err error) {
 	msg := nats.NewMsg(c.names.CancelRecordSubject(runID))
 	msg.Data = body
+	msg.Header.Set(HeaderCancelID, id)
 	tracing.Inject(ctx, msg.Header)
 	_, err = c.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(c.names.CancelsStream()))
 	switch {

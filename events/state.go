@@ -40,6 +40,8 @@ type CancelRecord struct {
 	// UpstreamError is the first error Foundry's cancel answered, while the
 	// owner keeps retrying it (status cancelling); empty if none.
 	UpstreamError string `json:"upstream_error,omitempty"`
+	// ID is the client's id of the cancel (HeaderCancelID), if it sent one.
+	ID string `json:"id,omitempty"`
 }
 
 // RunState is the value stored in the KV bucket (<prefix>-runs) under the

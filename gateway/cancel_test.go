@@ -208,9 +208,8 @@ func TestCancelRunStoreFull(t *testing.T) {
 }
 
 // cancelTookEffect reports a reply to the first cancel of a running run:
-// cancelling, or already_finished run.cancelled when the run's owner ended
-// it from the stored cancel record before the request was answered.
+// cancelling, also when the run's owner ended it from the stored cancel
+// record before the request was answered (then with the outcome).
 func cancelTookEffect(reply events.CancelReply) bool {
-	return reply.Result == events.CancelCancelling ||
-		reply.Result == events.CancelAlreadyFinished && reply.Terminal == events.TypeRunCancelled
+	return reply.Result == events.CancelCancelling
 }

@@ -280,6 +280,15 @@ func describeCancel(r events.CancelReply) string {
 	case events.CancelCancelled:
 		return "run " + r.RunID + ": cancelled before it started; Foundry was never called"
 	case events.CancelAlreadyFinished:
+		if r.Terminal == events.TypeRunCancelled {
+			// Also the answer when the run's owner ended it from the stored
+			// cancel before the request was answered.
+			s := "run " + r.RunID + ": cancelled"
+			if r.UpstreamStatus != "" {
+				s += " (Foundry status: " + r.UpstreamStatus + ")"
+			}
+			return s
+		}
 		return "run " + r.RunID + ": already finished (" + string(r.Terminal) + "); nothing to cancel"
 	case events.CancelNotFound:
 		return "run " + r.RunID + ": not found (no queued, running or recorded run has this id)"

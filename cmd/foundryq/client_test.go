@@ -31,6 +31,8 @@ func TestDescribeCancel(t *testing.T) {
 		{events.CancelReply{RunID: "r1", Result: events.CancelCancelled}, []string{"cancelled before it started"}, nil},
 		{events.CancelReply{RunID: "r1", Result: events.CancelAlreadyFinished, Terminal: events.TypeRunCompleted},
 			[]string{"already finished (run.completed)"}, nil},
+		{events.CancelReply{RunID: "r1", Result: events.CancelAlreadyFinished, Terminal: events.TypeRunCancelled, UpstreamStatus: "cancelled"},
+			[]string{"run r1: cancelled (Foundry status: cancelled)"}, []string{"nothing to cancel"}},
 		{events.CancelReply{RunID: "r1", Result: events.CancelNotFound}, []string{"not found"}, nil},
 	} {
 		got := describeCancel(tt.reply)

@@ -14,51 +14,22 @@ import (
 	"github.com/foundryq/foundryq/internal/jserr"
 )
 
-// finish ends the run: every queued event is stored, the end is recorded in
-// the state bucket (finishRun), then the terminal event is stored with the
-// seq the record names, then the job is acked. A failure between two steps
-// is repaired by the next delivery of the job (repairEnd).
-func (r *run) finish(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) {
-	if err := r.rel.flush(r.hard); err != nil {
-		if errors.Is(err, ErrLostOwnership) {
-			r.countLost()
-		}
-		r.logger().Error().Err(err).Msg("store the run's events before its end; the job will be delivered again")
-		return
-	}
-	ev.RunID = r.id
-	ev.Seq = r.rel.nextSeq()
-	ev.Time = time.Now().UTC()
-	_, err := r.persist("record the run's end", func(s *events.RunState, _ bool) error {
-		return finishRun(s, r.owner, ev, upstreamStatus, ev.Time)
-	})
-	if err != nil {
-		if isDecision(err) {
-			if errors.Is(err, errNotOwner) {
-				r.countLost()
-			}
-			r.logger().Warn().Err(err).Str("type", string(ev.Type)).Msg("the run's record refuses this end; stopping without ack")
-			return
-		}
-		r.logger().Error().Err(err).Msg("record the run's end; the job will be delivered again")
-		return
-	}
-	r.rel.add(ev, upstreamSeq)
-	if err := r.rel.flush(r.hard); err != nil {
-		if errors.Is(err, ErrLostOwnership) {
-			r.countLost()
-		}
-		r.logger().Error().Err(err).Str("type", string(ev.Type)).Msg("store the terminal event; the next delivery publishes it from the state record")
-		return
-	}
-	r.ack()
-	r.w.m.runEnded(ev, r.submitted)
-	r.ended(ev, upstreamStatus)
+// Ways a run ends: each builds an ending for end (run.go).
+
+// deadNote is what a dead letter says.
+type deadNote struct{ code, message string }
+
+// endWith is the ending of a run whose terminal event is ev.
+func endWith(ev events.RunEvent, upstreamSeq int64, upstreamStatus string) ending {
+	return ending{event: &ev, upstreamSeq: upstreamSeq, upstreamStatus: upstreamStatus, job: ack}
 }
 
-// ended logs the run's end at info, with what an operator asks first (how
+// retryAfter gives the job back for another delivery after delay.
+func retryAfter(delay time.Duration) ending { return ending{job: nak, delay: delay} }
+
+// logEnd logs the run's end at info, with what an operator asks first (how
 // it ended, how long it took, what it cost), and records it on the span.
-func (r *run) ended(ev events.RunEvent, upstreamStatus string) {
+func (r *run) logEnd(ev events.RunEvent, upstreamStatus string) {
 	l := r.logger().Info().Str("type", string(ev.Type)).Dur("took", ev.Time.Sub(r.taken))
 	if !r.submitted.IsZero() {
 		l = l.Dur("since_submit", ev.Time.Sub(r.submitted))
@@ -123,26 +94,24 @@ func (r *run) repairEnd(st events.RunState, pos position) {
 }
 
 // failUpstream ends or retries a run whose upstream work failed.
-func (r *run) failUpstream(out outcome) {
+func (r *run) endUpstreamError(out outcome) {
 	r.w.m.upstreamErrors.WithLabelValues(out.op).Inc()
 	switch {
 	case out.op == opState:
 		// NATS, not Foundry, failed: not the run's fault.
 		r.logger().Warn().Err(out.err).Msg("the state bucket could not be written; the job will be retried")
-		r.release("")
-		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
+		r.end(ending{release: true, job: nak, delay: r.w.cfg.RetryDelay})
 	case out.rateLimited:
 		// Not a failed attempt: the service asked to wait (the worker's
 		// create limiter holds back the other creates meanwhile).
 		delay := retryDelay(out.err, r.w.cfg.RetryDelay)
 		r.logger().Info().Dur("retry_in", delay).Msg("create refused for rate limits; the job will be retried")
-		r.release("")
-		_ = r.msg.NakWithDelay(delay)
+		r.end(ending{release: true, job: nak, delay: delay})
 	case out.streamLost:
 		r.logger().Error().Err(out.err).Msg("foreground response lost; the run fails")
-		r.failRun(events.CodeStreamLost, out.err.Error(), true, false)
+		r.endFailed(events.CodeStreamLost, out.err.Error(), true, false)
 	case retryable(out.err):
-		r.failAttempt(out.err, out.op, true)
+		r.endAttempt(out.err, out.op, true)
 	default:
 		code := events.CodeUpstreamError
 		if errors.Is(out.err, foundry.ErrAuth) {
@@ -150,14 +119,14 @@ func (r *run) failUpstream(out outcome) {
 		}
 		r.logger().Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
 		r.cancelAbandoned()
-		r.failRun(code, out.err.Error(), false, out.noResponse)
+		r.endFailed(code, out.err.Error(), false, out.noResponse)
 	}
 }
 
 // failAttempt counts a failed attempt: the job is retried after a delay
 // (the one the service asked for, or RetryDelay × failures), unless this
 // was the last permitted attempt, which ends the run.
-func (r *run) failAttempt(cause error, op string, upstream bool) {
+func (r *run) endAttempt(cause error, op string, upstream bool) {
 	st := r.lastState()
 	why := cause.Error()
 	if st.Failures+1 >= r.w.maxFailures() {
@@ -167,34 +136,31 @@ func (r *run) failAttempt(cause error, op string, upstream bool) {
 		if !upstream {
 			code = events.CodeInternal
 		}
-		r.failRun(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true, true)
+		r.endFailed(code, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures+1, why), true, true)
 		return
 	}
 	r.logger().Warn().Err(cause).Str("op", op).Int("failures", st.Failures+1).Msg("attempt failed; the job will be retried")
-	if err := r.rel.flush(r.hard); err != nil && !upstream {
-		r.logger().Warn().Err(err).Msg("flush events before the retry")
-	}
-	r.release(why)
-	_ = r.msg.NakWithDelay(retryDelay(cause, r.w.cfg.RetryDelay*time.Duration(st.Failures+1)))
+	r.end(ending{flush: true, release: true, failure: why, job: nak, delay: retryDelay(cause, r.w.cfg.RetryDelay*time.Duration(st.Failures+1))})
 }
 
 // giveUp ends a run whose failed attempts are used up (workers that
 // vanished count too).
-func (r *run) giveUp() {
+func (r *run) endBudgetSpent() {
 	st := r.lastState()
 	r.logger().Error().Int("failures", st.Failures).Str("last_error", st.LastError).Msg("failed attempts used up; the run fails")
 	if st.ResponseID != "" {
 		r.setResponseID(st.ResponseID, time.Now())
 		r.cancelAbandoned()
 	}
-	r.failRun(events.CodeAttemptsExhausted, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures, st.LastError), true, true)
+	r.endFailed(events.CodeAttemptsExhausted, fmt.Sprintf("gave up after %d failed attempts; last: %s", st.Failures, st.LastError), true, true)
 }
 
 // failInvalid ends a run whose request can never run.
-func (r *run) failInvalid(err error) {
+func (r *run) endInvalid(err error) {
 	r.logger().Warn().Err(err).Msg("invalid run request; dead-lettered")
-	r.failRun(events.CodeInvalidRequest, err.Error(), false, true)
-	_ = r.msg.TermWithReason("invalid request")
+	e := r.endingFailed(events.CodeInvalidRequest, err.Error(), false, true)
+	e.job, e.reason = term, "invalid request"
+	r.end(e)
 }
 
 // endLost ends a run whose create may have started a response whose id
@@ -204,7 +170,7 @@ func (r *run) failInvalid(err error) {
 func (r *run) endLost(cause error) {
 	if reason, ok := r.cancelReason(); ok {
 		r.logger().Warn().Err(cause).Msg("cancelled while the response id was unknown; Foundry's status is unknown")
-		r.finishCancelled(reason, stopped{how: reachUnknown})
+		r.endCancelled(reason, stopped{how: reachUnknown})
 		return
 	}
 	msg := fmt.Sprintf("a response may have been started upstream but its id never arrived; it was not created again. "+
@@ -213,7 +179,7 @@ func (r *run) endLost(cause error) {
 		msg += " (" + cause.Error() + ")"
 	}
 	r.logger().Error().Err(cause).Msg("upstream response lost; the run fails")
-	r.failRun(events.CodeUpstreamLost, msg, false, true)
+	r.endFailed(events.CodeUpstreamLost, msg, false, true)
 }
 
 // cancelReason reports whether the run is being cancelled (a cancel on
@@ -230,52 +196,45 @@ func (r *run) cancelReason() (string, bool) {
 	return reasonOf(cause), true
 }
 
-// failRun ends the run as run.failed with the worker's own code, saying
+// endFailed ends the run as run.failed with the worker's own code, saying
 // whether a new run of the same request may succeed; with dead, the request
 // is copied to the dead-letter stream first.
-func (r *run) failRun(code, message string, retryable, dead bool) {
+func (r *run) endFailed(code, message string, retryable, dead bool) {
+	r.end(r.endingFailed(code, message, retryable, dead))
+}
+
+// failed is the ending of failRun.
+func (r *run) endingFailed(code, message string, retryable, dead bool) ending {
+	e := endWith(failedWith(r.currentResponseID(), code, retryable, message), -1, "")
 	if dead {
-		r.w.deadLetter(r.hard, r.msg, r.id, code, message)
+		e.dead = &deadNote{code, message}
 	}
-	r.finish(failedWith(r.currentResponseID(), code, retryable, message), -1, "")
+	return e
 }
 
 // refuseReused dead-letters a request under a run id that belongs to a run
 // with a different request; nothing is appended to that run's subject.
-func (r *run) refuseReused(st events.RunState) {
+func (r *run) endReused(st events.RunState) {
 	msg := fmt.Sprintf("run id %s already belongs to a run with a different request (status %s); the request was not run", r.id, st.Status)
 	r.logger().Warn().Str("status", string(st.Status)).Msg("run id reused by a different request; dead-lettered")
-	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeDuplicateRunID, msg)
-	_ = r.msg.TermWithReason("run id reused")
+	r.end(ending{dead: &deadNote{events.CodeDuplicateRunID, msg}, job: term, reason: "run id reused"})
 }
 
 // failCorrupt ends a run whose state record cannot be read: the record is
 // replaced by one that says the run failed, then the terminal event follows.
-func (r *run) failCorrupt(cause error) {
+func (r *run) endCorrupt(cause error) {
 	var rev uint64
 	if _, got, err := r.w.states.Get(r.hard, r.id); errors.Is(err, events.ErrStateCorrupt) {
 		rev = got
 	}
 	r.logger().Error().Err(cause).Msg("the run's state record is unreadable; the run fails")
 	msg := "the run's state record could not be read: " + cause.Error()
-	r.w.deadLetter(r.hard, r.msg, r.id, events.CodeStateUnreadable, msg)
-	if err := r.rel.flush(r.hard); err != nil {
-		return
+	e := endWith(failedWith("", events.CodeStateUnreadable, false, msg), -1, "")
+	e.dead = &deadNote{events.CodeStateUnreadable, msg}
+	e.record = func(end events.RunEvent) error {
+		return r.w.states.Replace(r.hard, failCorrupt(r.id, r.owner, end, end.Time), rev)
 	}
-	end := failedWith("", events.CodeStateUnreadable, false, msg)
-	end.RunID, end.Seq, end.Time = r.id, r.rel.nextSeq(), time.Now().UTC()
-	if err := r.w.states.Replace(r.hard, failCorrupt(r.id, r.owner, end, end.Time), rev); err != nil {
-		r.logger().Error().Err(err).Msg("replace the unreadable state record; the job will be delivered again")
-		_ = r.msg.NakWithDelay(r.w.cfg.RetryDelay)
-		return
-	}
-	r.rel.add(end, -1)
-	if err := r.rel.flush(r.hard); err != nil {
-		return
-	}
-	r.ack()
-	r.w.m.runEnded(end, r.submitted)
-	r.ended(end, "")
+	r.end(e)
 }
 
 // cancelAbandoned cancels the run's response upstream when nobody will
@@ -327,11 +286,11 @@ func (r *run) countLost() {
 	r.lostOnce.Do(r.w.m.lostOwnership.Inc)
 }
 
-// failStopped ends the run run.failed with code after stopping its
+// endGivenUp ends the run run.failed with code after stopping its
 // response upstream (stopResponse), because the worker gives it up: its
 // events cannot be stored, or Foundry stalled it. The record keeps
 // Foundry's last word on the response.
-func (r *run) failStopped(code, message string) {
+func (r *run) endGivenUp(code, message string) {
 	r.w.m.runsStalled.WithLabelValues(code).Inc()
 	r.logger().Error().Str("code", code).Msg(message + "; stopping the response upstream")
 	var end stopped
@@ -339,12 +298,11 @@ func (r *run) failStopped(code, message string) {
 		if end = r.stopResponse(r.hard, id); end.aborted {
 			return
 		} else if end.handoff {
-			r.handoffCancelling()
+			r.endHandOff(handedOffCancelling)
 			return
 		}
 	}
-	ev := failedWith(r.currentResponseID(), code, true, message)
-	r.finish(ev, -1, end.upstreamStatus())
+	r.end(endWith(failedWith(r.currentResponseID(), code, true, message), -1, end.upstreamStatus()))
 }
 
 // handoff stops a run at shutdown so that another worker re-attaches at
@@ -363,7 +321,7 @@ func (r *run) handoff(readerDone <-chan outcome, upStop context.CancelFunc) {
 		select {
 		case <-r.idReady:
 		case out := <-readerDone:
-			r.concludeHandoff(out)
+			r.endAtShutdown(out)
 			return
 		case <-wait.C:
 			upStop()
@@ -374,12 +332,12 @@ func (r *run) handoff(readerDone <-chan outcome, upStop context.CancelFunc) {
 					return
 				}
 			}
-			r.concludeHandoff(out)
+			r.endAtShutdown(out)
 			return
 		}
 	}
 	upStop()
-	r.concludeHandoff(<-readerDone)
+	r.endAtShutdown(<-readerDone)
 }
 
 // endForeground stops a foreground response's run at shutdown: it cannot be
@@ -392,32 +350,37 @@ func (r *run) endForeground(readerDone <-chan outcome, upStop context.CancelFunc
 	defer wait.Stop()
 	select {
 	case out := <-readerDone:
-		r.conclude(out)
+		r.endAfterRead(out)
 	case <-wait.C:
 		upStop()
 		<-readerDone
-		r.failRun(events.CodeStreamLost, "the worker shut down before the response ended; a response that runs in the foreground "+
+		r.endFailed(events.CodeStreamLost, "the worker shut down before the response ended; a response that runs in the foreground "+
 			"(hosted agents ignore background) cannot be handed to another worker, and closing its stream stopped it", true, false)
 	}
 }
 
-// concludeHandoff ends a run the reader finished during shutdown, or
+// endAtShutdown ends a run the reader finished during shutdown, or
 // releases it for another worker.
-func (r *run) concludeHandoff(out outcome) {
+func (r *run) endAtShutdown(out outcome) {
 	switch {
 	case out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership || out.lost:
-		r.conclude(out)
+		r.endAfterRead(out)
 		return
 	}
-	if err := r.rel.flush(r.hard); err != nil {
-		r.logger().Warn().Err(err).Msg("flush events before hand-off")
-	}
-	r.release("")
-	if err := r.msg.Nak(); err != nil {
-		r.logger().Warn().Err(err).Msg("nak for hand-off")
-	}
+	r.endHandOff("run handed off")
+}
+
+// handedOffCancelling is logged when a run is handed off at shutdown while
+// its response is being cancelled: the cancel is on record, and the next
+// owner goes on calling Foundry within the same bound.
+const handedOffCancelling = "run handed off while its cancel is being confirmed"
+
+// endHandOff gives the run to another worker at once (flush, release, nak),
+// at shutdown; note is logged.
+func (r *run) endHandOff(note string) {
+	r.end(ending{flush: true, release: true, job: nak})
 	r.w.m.handoffs.Inc()
-	r.logger().Info().Msg("run handed off")
+	r.logger().Info().Msg(note)
 }
 
 // release gives the run back in its record (releaseRun). A release that
@@ -433,23 +396,15 @@ func (r *run) release(failure string) {
 	}
 }
 
-func (r *run) ack() {
-	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
-	defer cancel()
-	if err := r.msg.DoubleAck(ctx); err != nil {
-		r.logger().Warn().Err(err).Msg("ack the job")
-	}
-}
-
 // retryLater gives the job back before it was claimed, after a NATS
 // failure: it does not count as a failed attempt. The delay grows with the
 // deliveries, up to 30s.
-func (r *run) retryLater(what string, err error) {
+func (r *run) endRetryLater(what string, err error) {
 	r.logger().Warn().Err(err).Msg(what + "; the job will be retried")
 	if jserr.MissingResource(err) {
 		r.w.resourcesMissing()
 	}
-	_ = r.msg.NakWithDelay(min(r.w.cfg.RetryDelay*time.Duration(r.owner.attempt), 30*time.Second))
+	r.end(retryAfter(min(r.w.cfg.RetryDelay*time.Duration(r.owner.attempt), 30*time.Second)))
 }
 
 // maxTextLen bounds error and tool texts in events: an event must stay far
