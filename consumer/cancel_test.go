@@ -14,6 +14,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // twoWorkers starts two workers, so that the one answering a cancel is often
@@ -120,7 +121,7 @@ func TestCancelBeforeTheResponseIDIsKnown(t *testing.T) {
 	e.twoWorkers(consumer.Config{})
 	e.submit(request("early-1", map[string]string{"emu_created_ms": "800", "emu_tokens": "1000", "emu_token_ms": "10"}))
 	// Wait until a worker owns the run and the create is in flight.
-	eventually(t, 10*time.Second, "the create to be sent", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the create to be sent", func() bool {
 		st, _, err := e.client.State(context.Background(), "early-1")
 		return err == nil && st.CreateStartedAt != nil
 	})
@@ -327,13 +328,13 @@ func TestCompletedDespiteCancelStaysCancelled(t *testing.T) {
 	}
 	// Foundry finishes the response anyway; the audit notices.
 	cancelled := time.Now()
-	eventually(t, auditDelay, "the emulator to complete the response despite the cancel", func() bool {
+	testkit.Eventually(t, auditDelay, "the emulator to complete the response despite the cancel", func() bool {
 		return e.upstreamStatus("despite-1") == "completed"
 	})
 	if waited := time.Since(cancelled); waited > auditDelay*3/4 {
 		t.Logf("the emulator took %s to complete the response; the audit (after %s) may read it too early", waited, auditDelay)
 	}
-	eventually(t, 3*auditDelay, "the audit to record the completion", func() bool {
+	testkit.Eventually(t, 3*auditDelay, "the audit to record the completion", func() bool {
 		return counter(t, reg, "foundryq_completed_after_cancel_total", "") == 1
 	})
 	st, _, err := e.client.State(context.Background(), "despite-1")

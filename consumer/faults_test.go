@@ -17,6 +17,7 @@ import (
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // Regression tests for the faults a run must survive: each reproduces a way
@@ -30,7 +31,7 @@ func (e *env) deadLetter(runID string) *jetstream.RawStreamMsg {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var m *jetstream.RawStreamMsg
-	eventually(e.t, 10*time.Second, "the dead letter of "+runID, func() bool {
+	testkit.Eventually(e.t, 10*time.Second, "the dead letter of "+runID, func() bool {
 		s, err := e.js.Stream(ctx, "FOUNDRYQ_DEAD")
 		if err != nil {
 			return false
@@ -44,7 +45,7 @@ func (e *env) deadLetter(runID string) *jetstream.RawStreamMsg {
 // waitCreate waits until the emulator has received a create for runID.
 func (e *env) waitCreate(runID string) {
 	e.t.Helper()
-	eventually(e.t, 10*time.Second, "the create of "+runID, func() bool { return len(e.emu.CreateRequests(runID)) > 0 })
+	testkit.Eventually(e.t, 10*time.Second, "the create of "+runID, func() bool { return len(e.emu.CreateRequests(runID)) > 0 })
 }
 
 func (e *env) state(runID string) events.RunState {
@@ -105,7 +106,7 @@ func TestVanishedDuringSlowCreateCreatesOnce(t *testing.T) {
 	// could never save the response id; when its shutdown times out it
 	// cancels the response nobody can reach.
 	a.shutdown(t)
-	eventually(t, 20*time.Second, "the unreachable response to be cancelled", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the unreachable response to be cancelled", func() bool {
 		recs := e.emu.Records("slow-1")
 		return len(recs) == 1 && recs[0].Status == "cancelled"
 	})
@@ -348,7 +349,7 @@ func TestHandOffsDoNotUseTheBudget(t *testing.T) {
 	e.submit(request("ho-1", map[string]string{"emu_tokens": "120", "emu_token_ms": "25"}))
 	for _, id := range []string{"ho-a", "ho-b"} {
 		w := e.startWorker(consumer.Config{WorkerID: id})
-		eventually(t, 10*time.Second, id+" to relay text", func() bool {
+		testkit.Eventually(t, 10*time.Second, id+" to relay text", func() bool {
 			evs, _ := collectPrefix(e.client, "ho-1")
 			return count(types(evs), events.TypeTextDelta) > 0 && lastStarted(evs) == id
 		})
@@ -404,13 +405,13 @@ func TestDeletedResourcesAreRecreated(t *testing.T) {
 			if err := del(e); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "a submit to be accepted", func() bool {
+			testkit.Eventually(t, 30*time.Second, "a submit to be accepted", func() bool {
 				sctx, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
 				_, err := e.client.Submit(sctx, request("re-1", nil))
 				return err == nil
 			})
-			eventually(t, 30*time.Second, "the events stream", func() bool {
+			testkit.Eventually(t, 30*time.Second, "the events stream", func() bool {
 				_, err := e.js.Stream(ctx, "FOUNDRYQ_EVENTS")
 				return err == nil
 			})
@@ -536,7 +537,7 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "a submit to be accepted", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a submit to be accepted", func() bool {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		_, err := c.Submit(sctx, request("late-1", nil))
@@ -557,7 +558,7 @@ func TestJobArrivingDuringShutdownIsHandedBack(t *testing.T) {
 	t.Parallel()
 	e := setup(t) // ack wait 30s
 	a := e.startWorker(consumer.Config{WorkerID: "late-a", PollWait: 3 * time.Second, ShutdownTimeout: time.Second})
-	eventually(t, 10*time.Second, "a's pull request to wait at the server", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a's pull request to wait at the server", func() bool {
 		c, err := e.js.Consumer(context.Background(), "FOUNDRYQ_RUNS", "foundryq-workers")
 		if err != nil {
 			return false

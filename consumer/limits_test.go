@@ -10,6 +10,7 @@ import (
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // A consumer on the events stream, durable or not, is removed after
@@ -48,7 +49,7 @@ func TestEventsStreamConsumerLimits(t *testing.T) {
 	if _, err := res.Events.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "forever", InactiveThreshold: time.Hour}); err == nil {
 		t.Fatal("a consumer with a longer InactiveThreshold than the stream allows was created")
 	}
-	eventually(t, 30*time.Second, "the idle durable consumer to be removed", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the idle durable consumer to be removed", func() bool {
 		_, err := res.Events.Consumer(ctx, "left-behind")
 		return errors.Is(err, jetstream.ErrConsumerNotFound)
 	})

@@ -1,10 +1,8 @@
 package consumer_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,33 +10,16 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // logBuffer collects a worker's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns everything written so far.
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ testkit.Buffer }
 
 // lines returns the lines that mention runID anywhere, decoded.
 func (b *logBuffer) lines(t *testing.T, runID string) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	raw := b.buf.String()
-	b.mu.Unlock()
+	raw := b.String()
 	var out []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(raw), "\n") {
 		if !strings.Contains(l, runID) {
@@ -55,7 +36,7 @@ func (b *logBuffer) lines(t *testing.T, runID string) []map[string]any {
 
 func (b *logBuffer) waitFor(t *testing.T, runID, msg string) {
 	t.Helper()
-	eventually(t, 20*time.Second, "log line "+msg+" of "+runID, func() bool {
+	testkit.Eventually(t, 20*time.Second, "log line "+msg+" of "+runID, func() bool {
 		for _, l := range b.lines(t, runID) {
 			if l["message"] == msg {
 				return true

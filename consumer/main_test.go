@@ -19,6 +19,7 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -125,7 +126,7 @@ func (w *worker) shutdown(t *testing.T) {
 // waitRunsEmpty waits until every job is acked.
 func (e *env) waitRunsEmpty() {
 	e.t.Helper()
-	eventually(e.t, 10*time.Second, "the runs stream to be empty", func() bool {
+	testkit.Eventually(e.t, 10*time.Second, "the runs stream to be empty", func() bool {
 		s, err := e.js.Stream(context.Background(), "FOUNDRYQ_RUNS")
 		if err != nil {
 			return false
@@ -222,18 +223,6 @@ func (e *env) emulatorText(runID string) string {
 		e.t.Fatalf("emulator has %d responses for run %s, want 1", len(recs), runID)
 	}
 	return recs[0].Text
-}
-
-// eventually polls cond until it holds or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // waitEvent watches a run until an event of type typ arrives.

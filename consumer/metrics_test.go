@@ -9,6 +9,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // metricValue returns a counter's or gauge's value, or a histogram's
@@ -73,7 +74,7 @@ func TestRunMetrics(t *testing.T) {
 	if last.Type != events.TypeRunCompleted || last.Usage == nil || last.Usage.OutputTokens == 0 {
 		t.Fatalf("run ended %+v", last)
 	}
-	eventually(t, 10*time.Second, "the run to be counted", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the run to be counted", func() bool {
 		v, _ := metricValue(t, reg, "foundryq_run_duration_seconds", "outcome", "completed")
 		return v == 1
 	})
@@ -98,13 +99,13 @@ func TestRunMetrics(t *testing.T) {
 	// No event while Foundry holds response.created back: stuck after 1s,
 	// not any more once the run has ended.
 	e.submit(request("m-stuck", map[string]string{"emu_created_ms": "5000"}))
-	eventually(t, 10*time.Second, "runs_stuck to count the silent run", func() bool {
+	testkit.Eventually(t, 10*time.Second, "runs_stuck to count the silent run", func() bool {
 		return mustMetric(t, reg, "foundryq_runs_stuck") == 1
 	})
 	if last := checkWellFormed(t, e.collect("m-stuck", 30*time.Second)); last.Type != events.TypeRunCompleted {
 		t.Fatalf("run ended %s", last.Type)
 	}
-	eventually(t, 10*time.Second, "runs_stuck to drop to 0", func() bool {
+	testkit.Eventually(t, 10*time.Second, "runs_stuck to drop to 0", func() bool {
 		return mustMetric(t, reg, "foundryq_runs_stuck") == 0
 	})
 
@@ -114,7 +115,7 @@ func TestRunMetrics(t *testing.T) {
 	if last := checkWellFormed(t, e.collect("m-c", 20*time.Second)); last.Type != events.TypeRunCancelled {
 		t.Fatalf("run ended %s", last.Type)
 	}
-	eventually(t, 10*time.Second, "the cancelled run to be counted", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the cancelled run to be counted", func() bool {
 		v, _ := metricValue(t, reg, "foundryq_run_duration_seconds", "outcome", "cancelled")
 		return v == 1
 	})

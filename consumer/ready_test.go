@@ -11,13 +11,14 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // waitReady waits until w.Ready's answer satisfies ok, and returns it.
 func waitReady(t *testing.T, w *consumer.Worker, what string, ok func(error) bool) error {
 	t.Helper()
 	var last error
-	eventually(t, 30*time.Second, what, func() bool {
+	testkit.Eventually(t, 30*time.Second, what, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		last = w.Ready(ctx)
@@ -73,7 +74,7 @@ func TestReady(t *testing.T) {
 			// re-provisioning already under way (after the NATS restart,
 			// or the previous case) may recreate it at once.
 			var last error
-			eventually(t, 30*time.Second, "not ready: "+c.reason, func() bool {
+			testkit.Eventually(t, 30*time.Second, "not ready: "+c.reason, func() bool {
 				if err := e.js.DeleteStream(t.Context(), c.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 					t.Fatal(err)
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // Stop means stop: the faults a stop itself may meet (Foundry's cancel
@@ -112,7 +113,7 @@ func (e *env) cancelRaw(runID string) {
 func (e *env) owner(runID string) string {
 	e.t.Helper()
 	var owner string
-	eventually(e.t, 20*time.Second, "an owner of "+runID, func() bool {
+	testkit.Eventually(e.t, 20*time.Second, "an owner of "+runID, func() bool {
 		st, _, err := e.client.State(context.Background(), runID)
 		owner = st.Owner
 		return err == nil && owner != "" && st.ResponseID != ""
@@ -144,7 +145,7 @@ func TestCancelRoutedToACutOffWorkerReachesTheOwner(t *testing.T) {
 	cut := newCutter()
 	reg := prometheus.NewRegistry()
 	e.startWorkerWith(consumer.Config{WorkerID: "stalled", Registerer: reg}, nats.SetCustomDialer(cut))
-	eventually(t, 10*time.Second, "the second worker to answer cancels", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the second worker to answer cancels", func() bool {
 		_, err := e.nc.Request("foundryq.cancel.nobody-here", nil, time.Second)
 		return err == nil && counter(t, reg, "foundryq_cancel_requests_total", "not_found") > 0
 	})
@@ -154,7 +155,7 @@ func TestCancelRoutedToACutOffWorkerReachesTheOwner(t *testing.T) {
 	for _, id := range ids {
 		start := time.Now()
 		e.cancelRaw(id)
-		eventually(t, 10*time.Second, "run.cancelled of "+id, func() bool {
+		testkit.Eventually(t, 10*time.Second, "run.cancelled of "+id, func() bool {
 			st, _, err := e.client.State(context.Background(), id)
 			return err == nil && st.Status.Finished()
 		})
@@ -191,7 +192,7 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 		e.waitEvent(id, events.TypeTextDelta, 20*time.Second)
 	}
 	filler := e.fillStore()
-	eventually(t, 30*time.Second, "Ready to report the full store", func() bool {
+	testkit.Eventually(t, 30*time.Second, "Ready to report the full store", func() bool {
 		err := w.Ready(context.Background())
 		return err != nil && strings.Contains(err.Error(), "store full")
 	})
@@ -211,7 +212,7 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 		t.Fatalf("reply %+v (%v), want cancelling, unrecorded", reply, err)
 	}
 	for _, id := range []string{"full-cancel", "full-run"} {
-		eventually(t, 30*time.Second, "the response of "+id+" to be cancelled upstream", func() bool {
+		testkit.Eventually(t, 30*time.Second, "the response of "+id+" to be cancelled upstream", func() bool {
 			return e.emu.Records(id)[0].Status == "cancelled"
 		})
 	}
@@ -233,7 +234,7 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 	if st := e.state("full-run"); st.UpstreamStatus != "cancelled" {
 		t.Fatalf("full-run record upstream status %q, want cancelled", st.UpstreamStatus)
 	}
-	eventually(t, 30*time.Second, "Ready once space is free", func() bool { return w.Ready(context.Background()) == nil })
+	testkit.Eventually(t, 30*time.Second, "Ready once space is free", func() bool { return w.Ready(context.Background()) == nil })
 }
 
 // fillStore fills the JetStream store with a stream of its own until
@@ -271,7 +272,7 @@ func TestDeadlineEnforcedWhileTheOwnerIsDead(t *testing.T) {
 		workers[id] = e.startWorker(consumer.Config{WorkerID: id, ShutdownTimeout: time.Second})
 	}
 	for id, w := range workers {
-		eventually(t, 20*time.Second, id+" to be ready", func() bool { return w.Ready(context.Background()) == nil })
+		testkit.Eventually(t, 20*time.Second, id+" to be ready", func() bool { return w.Ready(context.Background()) == nil })
 	}
 	req := request("dl-1", map[string]string{"emu_tokens": "5000", "emu_token_ms": "10"})
 	req.TimeoutSeconds = 4
@@ -286,7 +287,7 @@ func TestDeadlineEnforcedWhileTheOwnerIsDead(t *testing.T) {
 	doomed.crash()
 	doomed.shutdown(t)
 
-	eventually(t, 20*time.Second, "the response to be cancelled upstream", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the response to be cancelled upstream", func() bool {
 		return e.emu.Records("dl-1")[0].Status == "cancelled"
 	})
 	rec := e.emu.Records("dl-1")[0]
@@ -322,7 +323,7 @@ func TestLostOwnershipIsCountedOnEveryPath(t *testing.T) {
 	}
 	cut.set(true)
 	e.startWorker(consumer.Config{WorkerID: "heir"})
-	eventually(t, 30*time.Second, "the heir to take the run", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the heir to take the run", func() bool {
 		st, _, err := e.client.State(context.Background(), "lost-1")
 		return err == nil && st.Owner == "heir"
 	})
@@ -331,7 +332,7 @@ func TestLostOwnershipIsCountedOnEveryPath(t *testing.T) {
 	time.Sleep(time.Until(e.state("lost-1").StartedAt.Add(time.Duration(req.TimeoutSeconds)*time.Second + time.Second)))
 	cut.set(false)
 	checkWellFormed(t, e.collect("lost-1", 60*time.Second))
-	eventually(t, 30*time.Second, "the zombie to notice", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the zombie to notice", func() bool {
 		return len(lostLines(logs.String())) > 0
 	})
 	if n := counter(t, reg, "foundryq_runs_lost_ownership_total", ""); n != 1 {
@@ -393,7 +394,7 @@ func TestCancelRetriedUntilFoundryConfirms(t *testing.T) {
 	e.submit(request("retry-1", map[string]string{"emu_tokens": "3000", "emu_token_ms": "10", "emu_cancel_fail_ms": "3000"}))
 	e.waitEvent("retry-1", events.TypeTextDelta, 20*time.Second)
 	at := e.cancelTimed("retry-1")
-	eventually(t, 10*time.Second, "the record to say cancelling with the upstream error", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the record to say cancelling with the upstream error", func() bool {
 		st, _, err := e.client.State(context.Background(), "retry-1")
 		return err == nil && st.Status == events.StatusCancelling && st.Cancel != nil && strings.Contains(st.Cancel.UpstreamError, "500")
 	})
@@ -547,7 +548,7 @@ func TestSilentStreamEndsTheRunStalled(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e.startWorker(consumer.Config{WorkerID: "silent", Registerer: reg})
 	e.submit(request("silent-1", map[string]string{"emu_tokens": "100", "emu_silent_after": "10"}))
-	eventually(t, 20*time.Second, "the record to mark the stall", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the record to mark the stall", func() bool {
 		st, _, err := e.client.State(context.Background(), "silent-1")
 		return err == nil && st.StalledAt != nil
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // traced is a test world whose worker, client and Foundry transport are
@@ -78,7 +79,7 @@ func (h *headerRecorder) requests() []string {
 func (tr *traced) span(name string, ok func(tracetest.SpanStub) bool) tracetest.SpanStub {
 	tr.t.Helper()
 	var found tracetest.SpanStub
-	eventually(tr.t, 20*time.Second, "span "+name, func() bool {
+	testkit.Eventually(tr.t, 20*time.Second, "span "+name, func() bool {
 		for _, s := range tr.exp.GetSpans() {
 			if s.Name == name && (ok == nil || ok(s)) {
 				found = s

@@ -55,18 +55,6 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // validRequest returns a request that passes validation.
 func validRequest(runID string) events.RunRequest {
 	return events.RunRequest{RunID: runID, Model: "gpt-4o-mini", Input: []byte(`"hello"`)}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // TestWatchStartedWithoutQuorum: a watch started while the events stream
@@ -36,7 +37,7 @@ func TestWatchStartedWithoutQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	names := events.Names{}
-	waitFor(t, 30*time.Second, "R3 streams on the cluster", func() bool {
+	testkit.Eventually(t, 30*time.Second, "R3 streams on the cluster", func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := consumer.Provision(pctx, js, names, consumer.ProvisionConfig{Replicas: 3})

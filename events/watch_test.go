@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // publisher plays the worker: it publishes a run's events with the
@@ -257,7 +258,7 @@ func TestWatchHeartbeats(t *testing.T) {
 	}
 
 	w := e.client.Watch(ctx, "hb", events.WatchOptions{HeartbeatInterval: 20 * time.Millisecond})
-	waitFor(t, 5*time.Second, "3 heartbeats", func() bool { return pending() >= 3 })
+	testkit.Eventually(t, 5*time.Second, "3 heartbeats", func() bool { return pending() >= 3 })
 
 	// Next blocks (no events); Close unblocks it.
 	nextErr := make(chan error, 1)

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +28,7 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // BenchmarkGatewayAddedLatency runs many runs streaming 20 tokens/s each
@@ -444,7 +444,7 @@ func processSystem(tb testing.TB, runs int) (url string, startWorkers func()) {
 // stops it (SIGTERM, then SIGKILL after 20 s) when the benchmark ends.
 func startProcess(tb testing.TB, ready, bin string, args ...string) {
 	tb.Helper()
-	var out syncBuffer
+	var out testkit.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -474,24 +474,6 @@ func startProcess(tb testing.TB, ready, bin string, args ...string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a writing subprocess and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func freePort(tb testing.TB) int {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 var testSecret = []byte("0123456789abcdef-test-secret")
@@ -97,7 +98,7 @@ func TestCallbackDelivered(t *testing.T) {
 	if cr.CallbackURL != rcv.URL+"/done" {
 		t.Fatalf("create: %+v", cr)
 	}
-	eventually(t, 30*time.Second, "the callback", func() bool { return len(rcv.calls()) >= 1 })
+	testkit.Eventually(t, 30*time.Second, "the callback", func() bool { return len(rcv.calls()) >= 1 })
 	e.checkCallback(t, rcv.calls()[0], cr.RunID, 1)
 
 	// A retry of the same request and callback is the existing run; another
@@ -131,7 +132,7 @@ func TestCallbackRetried(t *testing.T) {
 	req := runRequest(nil)
 	req["callback_url"] = rcv.URL
 	cr := g.create(t, req)
-	eventually(t, 30*time.Second, "three attempts", func() bool { return len(rcv.calls()) >= 3 })
+	testkit.Eventually(t, 30*time.Second, "three attempts", func() bool { return len(rcv.calls()) >= 3 })
 	calls := rcv.calls()
 	for i, c := range calls[:3] {
 		e.checkCallback(t, c, cr.RunID, i+1)
@@ -141,7 +142,7 @@ func TestCallbackRetried(t *testing.T) {
 	}
 	// No fourth attempt after the success: the delivery stream drains.
 	js := mustJS(t, e.nc)
-	eventually(t, 10*time.Second, "the delivery acked", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the delivery acked", func() bool {
 		s, err := js.Stream(context.Background(), "FOUNDRYQ_CALLBACKS")
 		if err != nil {
 			return false
@@ -167,7 +168,7 @@ func TestCallbackDeadLetter(t *testing.T) {
 	cr := g.create(t, req)
 	js := mustJS(t, e.nc)
 	var dead *jetstream.RawStreamMsg
-	eventually(t, 30*time.Second, "a dead letter", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a dead letter", func() bool {
 		s, err := js.Stream(context.Background(), "FOUNDRYQ_CALLBACKS_DEAD")
 		if err != nil {
 			return false
@@ -203,7 +204,7 @@ func TestCallbackAcrossRestart(t *testing.T) {
 		t.Fatal("a callback with no gateway running")
 	}
 	e.gateway(gateway.Config{Callbacks: callbackConfig()})
-	eventually(t, 30*time.Second, "the callback from the second gateway", func() bool { return len(rcv.calls()) >= 1 })
+	testkit.Eventually(t, 30*time.Second, "the callback from the second gateway", func() bool { return len(rcv.calls()) >= 1 })
 	e.checkCallback(t, rcv.calls()[0], cr.RunID, 1)
 	if evs[len(evs)-1].Type != events.TypeRunCompleted {
 		t.Fatalf("end %+v", evs[len(evs)-1])
@@ -225,7 +226,7 @@ func TestCallbackForAFinishedRun(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("retry with a callback: %d %s", r.status, r.body)
 	}
-	eventually(t, 30*time.Second, "the callback", func() bool { return len(rcv.calls()) >= 1 })
+	testkit.Eventually(t, 30*time.Second, "the callback", func() bool { return len(rcv.calls()) >= 1 })
 	e.checkCallback(t, rcv.calls()[0], cr.RunID, 1)
 }
 

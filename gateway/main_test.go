@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +23,7 @@ import (
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/gateway"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -223,37 +223,13 @@ func (r response) decode(t *testing.T, v any) {
 	}
 }
 
-// do sends a request; body is sent as JSON unless it is a string or []byte.
+// do sends a request (testkit.NewRequest: body is sent as JSON unless it
+// is a string or []byte) and reads the response whole.
 func (g *gw) do(t *testing.T, method, path string, body any, hdr ...string) response {
 	t.Helper()
-	var rd io.Reader
-	ct := "application/json"
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, g.url+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", ct)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := g.http.Do(req)
+	resp, err := g.http.Do(testkit.NewRequest(t, ctx, method, g.url+path, body, hdr...))
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -439,18 +415,6 @@ func (e *env) watchAll(runID string) []events.RunEvent {
 			e.t.Fatalf("watch %s: %v", runID, err)
 		}
 		evs = append(evs, ev)
-	}
-}
-
-// eventually polls cond until it holds or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func TestCreateRun(t *testing.T) {
@@ -170,7 +171,7 @@ func TestListRuns(t *testing.T) {
 		r.decode(t, &l)
 		return l
 	}
-	eventually(t, 20*time.Second, "three completed runs listed", func() bool { return len(list("?status=completed").Runs) == 3 })
+	testkit.Eventually(t, 20*time.Second, "three completed runs listed", func() bool { return len(list("?status=completed").Runs) == 3 })
 	if l := list("?status=completed,failed&limit=2"); len(l.Runs) != 2 || l.Runs[0].UpdatedAt.Before(l.Runs[1].UpdatedAt) {
 		t.Fatalf("limit 2, newest first: %+v", l.Runs)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/gateway"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // checkGatewayServes wants the console at base and a run accepted at
@@ -69,7 +70,7 @@ func TestGatewayCommand(t *testing.T) {
 	t.Setenv("FOUNDRYQ_GATEWAY_TOKENS", gateway.HashToken(token))
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var out syncBuffer
+	var out testkit.Buffer
 	go func() {
 		done <- run(ctx, []string{"gateway", "--nats-url", ns.ClientURL(), "--addr", "127.0.0.1:" + strconv.Itoa(port),
 			"--callbacks-secret", "0123456789abcdef0123"}, &out, &out)

@@ -8,11 +8,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -23,27 +24,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func runCmd(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut testkit.Buffer
 	code := run(ctx, args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
@@ -119,7 +102,7 @@ func TestDevModeWithTheCLI(t *testing.T) {
 	t.Setenv("FOUNDRY_ENDPOINT", "") // the emulator, whatever the caller's environment
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var devOut, devErr syncBuffer
+	var devOut, devErr testkit.Buffer
 	go func() {
 		done <- run(ctx, []string{"dev", "--nats-port", strconv.Itoa(natsPort), "--emulator-addr", "127.0.0.1:" + strconv.Itoa(emuPort),
 			"--http-addr", "127.0.0.1:" + strconv.Itoa(opsPort), "--gateway-addr", "127.0.0.1:" + strconv.Itoa(gwPort),
@@ -204,7 +187,7 @@ func TestDevModeWithTheCLI(t *testing.T) {
 func TestDevWithoutWorkersKeepsRunning(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var out syncBuffer
+	var out testkit.Buffer
 	go func() {
 		done <- run(ctx, []string{"dev", "--workers", "0", "--nats-port", strconv.Itoa(freePort(t)),
 			"--emulator-addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--http-addr", "", "--gateway-addr", "", "--log-level", "error"}, &out, &out)

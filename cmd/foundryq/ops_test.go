@@ -11,6 +11,7 @@ import (
 
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // get returns the status and body of url, or 0 if it cannot be fetched.
@@ -58,7 +59,7 @@ func TestWorkerReadyz(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var wout, werr syncBuffer
+	var wout, werr testkit.Buffer
 	go func() {
 		done <- run(ctx, []string{"worker", "--nats-url", ns.ClientURL(), "--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "k",
 			"--http-addr", addr, "--log-level", "error"}, &wout, &werr)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // outputs collects everything a CLI session printed, to grep it.
@@ -57,7 +59,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	natsPort, emuPort := freePort(t), freePort(t)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var devOut, devErr syncBuffer
+	var devOut, devErr testkit.Buffer
 	go func() {
 		done <- run(ctx, []string{"dev", "--nats-config", filepath.Join("..", "..", "deploy", "nats", "nats-server.conf"),
 			"--nats-user", "worker", "--nats-password", workerPW, "--emulator-api-key", apiKey,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 	"github.com/foundryq/foundryq/internal/tlstest"
 )
 
@@ -34,7 +35,7 @@ func TestTLSFlags(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var wout, werr syncBuffer
+	var wout, werr testkit.Buffer
 	opsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	go func() {
 		args := append([]string{"worker", "--nats-url", "tls://" + hostPort, "--nats-user", "worker", "--nats-password", "workerpw4",

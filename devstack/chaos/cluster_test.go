@@ -23,6 +23,7 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/retry"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // reconnecting are the options of every connection in a test whose servers
@@ -88,7 +89,7 @@ func leaderLoss(t *testing.T, kills []string, perKill int) {
 		}
 		followers = append(followers, wave...)
 		// Mid-stream: half of this wave's runs have relayed text.
-		waitFor(t, 60*time.Second, "half of the runs streaming", func() bool {
+		testkit.Eventually(t, 60*time.Second, "half of the runs streaming", func() bool {
 			n := 0
 			for _, f := range wave {
 				if f.deltas() > 0 {
@@ -235,18 +236,6 @@ func (f *follower) wait(limit time.Duration) ([]events.RunEvent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.evs, f.err
-}
-
-// waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // diagnose logs the state record and the work consumer's view of every run

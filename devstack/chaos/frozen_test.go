@@ -18,6 +18,7 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // TestCancelPastAFrozenWorker freezes one of two worker processes
@@ -82,7 +83,7 @@ func TestCancelPastAFrozenWorker(t *testing.T) {
 		}
 		a.Submitted(id)
 		var st events.RunState
-		waitFor(t, 30*time.Second, "an owner of "+id, func() bool {
+		testkit.Eventually(t, 30*time.Second, "an owner of "+id, func() bool {
 			st, _, err = s.Client.State(ctx, id)
 			return err == nil && st.Owner != "" && st.ResponseID != ""
 		})
@@ -101,7 +102,7 @@ func TestCancelPastAFrozenWorker(t *testing.T) {
 			t.Fatalf("cancel %s: %+v, %v; want cancelling and no error", id, reply, err)
 		}
 		a.CancelAcknowledged(id, reply)
-		waitFor(t, 10*time.Second, id+" to end", func() bool {
+		testkit.Eventually(t, 10*time.Second, id+" to end", func() bool {
 			st, _, err := s.Client.State(ctx, id)
 			return err == nil && st.Finished()
 		})
@@ -119,7 +120,7 @@ func TestCancelPastAFrozenWorker(t *testing.T) {
 			t.Fatalf("cancel %s: %+v, %v; want cancelling and no error", id, reply, err)
 		}
 		a.CancelAcknowledged(id, reply)
-		waitFor(t, 15*time.Second, "the response of "+id+" to be cancelled upstream", func() bool {
+		testkit.Eventually(t, 15*time.Second, "the response of "+id+" to be cancelled upstream", func() bool {
 			recs := s.Emulator.Records(id)
 			return len(recs) == 1 && recs[0].Status == "cancelled"
 		})

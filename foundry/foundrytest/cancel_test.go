@@ -3,6 +3,9 @@ package foundrytest
 import (
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func cancelResp(t *testing.T, srv *Server, c *http.Client, id string, status int) wireResponse {
@@ -72,7 +75,7 @@ func TestCancelDuringText(t *testing.T) {
 	if again.Status != statusCancelled || again.Usage.OutputTokens != got.Usage.OutputTokens {
 		t.Fatalf("second cancel changed the object: %+v", again)
 	}
-	waitFor(t, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
+	testkit.Eventually(t, 15*time.Second, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
 	rec := record(t, srv, id)
 	st := srv.Stats()
 	if rec.Tokens != got.Usage.OutputTokens || st.TokensAfterCancel != 0 || st.CancelsReceived != 2 || st.ResponsesCancelled != 1 ||
@@ -94,7 +97,7 @@ func TestCancelAbortsToolCall(t *testing.T) {
 	if rest, err := s.rest(); err != nil || len(rest) != 0 {
 		t.Fatalf("after cancel: %v %v", types(rest), err)
 	}
-	waitFor(t, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
+	testkit.Eventually(t, 15*time.Second, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
 	if st := srv.Stats(); st.ToolCallsAborted != 1 || st.ToolCallsCompleted != 0 || st.ToolCallsCompletedAfterCancel != 0 {
 		t.Fatalf("stats: %+v", st)
 	}

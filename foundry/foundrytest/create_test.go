@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // createStream posts body and returns the SSE events and the error that
@@ -149,7 +152,7 @@ func TestCreateWithoutStream(t *testing.T) {
 		if r.Status != statusQueued || !r.Background || r.Usage != nil {
 			t.Fatalf("create: %+v", r)
 		}
-		waitFor(t, "completion", func() bool { return getResponse(t, ctx, c, srv, r.ID).Status == statusCompleted })
+		testkit.Eventually(t, 15*time.Second, "completion", func() bool { return getResponse(t, ctx, c, srv, r.ID).Status == statusCompleted })
 		final := getResponse(t, ctx, c, srv, r.ID)
 		checkUsage(t, final.Usage, 4)
 		if n := strings.Count(final.text(), " "); n != 3 {
@@ -236,7 +239,7 @@ func TestCreateDropAfterBackgroundGoesOn(t *testing.T) {
 		t.Fatalf("%d events before the cut, want 8", len(evs))
 	}
 	id := evs[0].Response.ID
-	waitFor(t, "completion without a client", func() bool { return record(t, srv, id).Status == statusCompleted })
+	testkit.Eventually(t, 15*time.Second, "completion without a client", func() bool { return record(t, srv, id).Status == statusCompleted })
 	rec := record(t, srv, id)
 	if rec.Tokens != 30 || rec.TokensAfterDisconnect == 0 || rec.DisconnectedAt.IsZero() {
 		t.Fatalf("record: %+v", rec)
@@ -434,8 +437,8 @@ func TestBackgroundRunsWithoutClient(t *testing.T) {
 	}
 	id := ev.Response.ID
 	resp.Body.Close() // the client goes away during the tool call
-	waitFor(t, "the disconnect to be seen", func() bool { return !record(t, srv, id).DisconnectedAt.IsZero() })
-	waitFor(t, "completion", func() bool { return record(t, srv, id).Status == statusCompleted })
+	testkit.Eventually(t, 15*time.Second, "the disconnect to be seen", func() bool { return !record(t, srv, id).DisconnectedAt.IsZero() })
+	testkit.Eventually(t, 15*time.Second, "completion", func() bool { return record(t, srv, id).Status == statusCompleted })
 	rec := record(t, srv, id)
 	if rec.Tokens != 400 || rec.TokensAfterDisconnect != 400 {
 		t.Fatalf("record: %+v", rec)
@@ -468,8 +471,8 @@ func TestForegroundDisconnect(t *testing.T) {
 			}
 		}
 		resp.Body.Close()
-		waitFor(t, "the disconnect to be seen", func() bool { return !record(t, srv, id).DisconnectedAt.IsZero() })
-		waitFor(t, "the generation to end", func() bool { return record(t, srv, id).Status == statusCancelled })
+		testkit.Eventually(t, 15*time.Second, "the disconnect to be seen", func() bool { return !record(t, srv, id).DisconnectedAt.IsZero() })
+		testkit.Eventually(t, 15*time.Second, "the generation to end", func() bool { return record(t, srv, id).Status == statusCancelled })
 		rec := record(t, srv, id)
 		if rec.Tokens != 0 {
 			t.Fatalf("the write after the tool call should have failed: %+v", rec)
@@ -500,7 +503,7 @@ func TestForegroundDisconnect(t *testing.T) {
 			}
 		}
 		resp.Body.Close()
-		waitFor(t, "the generation to end", func() bool { return record(t, srv, id).Status == statusCancelled })
+		testkit.Eventually(t, 15*time.Second, "the generation to end", func() bool { return record(t, srv, id).Status == statusCancelled })
 		rec := record(t, srv, id)
 		if rec.TokensAfterDisconnect != 1 || rec.Tokens >= 5000 {
 			t.Fatalf("want exactly the token whose write failed: %+v", rec)
@@ -539,7 +542,7 @@ func TestCreateDropAfterForegroundEndsIt(t *testing.T) {
 		t.Fatalf("%d events, then %v; want 6 then a cut", len(evs), err)
 	}
 	id := evs[0].Response.ID
-	waitFor(t, "the generation to end at its next write", func() bool { return record(t, srv, id).Status == statusCancelled })
+	testkit.Eventually(t, 15*time.Second, "the generation to end at its next write", func() bool { return record(t, srv, id).Status == statusCancelled })
 	if rec := record(t, srv, id); rec.Tokens >= 100000 || rec.TokensAfterDisconnect != 1 {
 		t.Fatalf("record: %+v", rec)
 	}

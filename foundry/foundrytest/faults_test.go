@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // streamTokens opens a long background stream for runID with md and reads
@@ -69,7 +71,7 @@ func TestCancelFailWindow(t *testing.T) {
 	}
 	// The generation goes on.
 	before := record(t, srv, id).Tokens
-	waitFor(t, "more tokens after the failed cancels", func() bool { return record(t, srv, id).Tokens > before })
+	testkit.Eventually(t, 15*time.Second, "more tokens after the failed cancels", func() bool { return record(t, srv, id).Tokens > before })
 	if got := getResponse(t, ctx, c, srv, id); got.Status != statusInProgress {
 		t.Fatalf("status after failed cancels: %q", got.Status)
 	}
@@ -110,9 +112,9 @@ func TestCancelHangWindow(t *testing.T) {
 			statuses[i], _ = cancelCall(callCtx, c, srv, id)
 		}()
 	}
-	waitFor(t, "three hanging cancel calls", func() bool { return record(t, srv, id).CancelCallsMaxInFlight == 3 })
+	testkit.Eventually(t, 15*time.Second, "three hanging cancel calls", func() bool { return record(t, srv, id).CancelCallsMaxInFlight == 3 })
 	before := record(t, srv, id).Tokens
-	waitFor(t, "more tokens while cancels hang", func() bool { return record(t, srv, id).Tokens > before })
+	testkit.Eventually(t, 15*time.Second, "more tokens while cancels hang", func() bool { return record(t, srv, id).Tokens > before })
 	giveUp()
 	wg.Wait()
 	for _, st := range statuses {
@@ -120,7 +122,7 @@ func TestCancelHangWindow(t *testing.T) {
 			t.Fatalf("a hanging cancel was answered %d before its caller gave up", st)
 		}
 	}
-	waitFor(t, "the hanging calls to end", func() bool { return record(t, srv, id).CancelCallsFaulted == 3 })
+	testkit.Eventually(t, 15*time.Second, "the hanging calls to end", func() bool { return record(t, srv, id).CancelCallsFaulted == 3 })
 	clock.Advance(601 * time.Second)
 	if got := cancelResp(t, srv, c, id, http.StatusOK); got.Status != statusCancelled {
 		t.Fatalf("cancel after the window: %+v", got)
@@ -189,7 +191,7 @@ func TestFaultsEndpoint(t *testing.T) {
 		status, _ := cancelCall(ctx, c, srv, id)
 		got <- status
 	}()
-	waitFor(t, "the hanging cancel call", func() bool { return record(t, srv, id).CancelCalls == 2 })
+	testkit.Eventually(t, 15*time.Second, "the hanging cancel call", func() bool { return record(t, srv, id).CancelCalls == 2 })
 	st = faultsCall(t, ctx, c, "DELETE", faults)
 	if st.CancelFail != nil || st.CancelHang != nil {
 		t.Fatalf("state after DELETE %+v", st)
@@ -229,7 +231,7 @@ func TestCloseEndsHangingCancel(t *testing.T) {
 		defer close(done)
 		cancelCall(ctx, c, srv, id)
 	}()
-	waitFor(t, "the hanging cancel call", func() bool { return record(t, srv, id).CancelCalls == 1 })
+	testkit.Eventually(t, 15*time.Second, "the hanging cancel call", func() bool { return record(t, srv, id).CancelCalls == 1 })
 	srv.Close()
 	<-done
 }

@@ -6,6 +6,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func TestAuth(t *testing.T) {
@@ -121,7 +124,7 @@ func TestStatsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The generation ends a moment after the client read the final event.
-	waitFor(t, "the generation to end", func() bool { return srv.Stats().ActiveGenerations == 0 })
+	testkit.Eventually(t, 15*time.Second, "the generation to end", func() bool { return srv.Stats().ActiveGenerations == 0 })
 	var st Stats
 	readJSON(t, do(t, ctx, c, "GET", srv.URL()+"/_emulator/stats", nil), http.StatusOK, &st)
 	if st.ResponsesCreated != 1 || st.ResponsesByRun["stats"] != 1 || st.TokensGenerated != 3 ||

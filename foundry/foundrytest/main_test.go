@@ -2,7 +2,6 @@ package foundrytest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -46,48 +47,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // do sends a request with the test key and returns the response.
 func do(t *testing.T, ctx context.Context, c *http.Client, method, url string, body any) *http.Response {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("api-key", testKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	return resp
+	return testkit.Do(t, ctx, c, method, url, body, "api-key", testKey, "Content-Type", "application/json")
 }
 
 // readJSON reads resp's body into v and checks the status.

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // fakeClock is a Config.Clock that tests move forward.
@@ -172,7 +174,7 @@ func TestDelete(t *testing.T) {
 	}
 	apiErr(t, do(t, ctx, c, "GET", srv.BaseURL()+"responses/"+r.ID, nil), http.StatusNotFound)
 	apiErr(t, do(t, ctx, c, "DELETE", srv.BaseURL()+"responses/"+r.ID, nil), http.StatusNotFound)
-	waitFor(t, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
+	testkit.Eventually(t, 15*time.Second, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
 	if _, ok := srv.Stats().Statuses[r.ID]; ok {
 		t.Fatal("a deleted response is still in Stats.Statuses")
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // TestQueuedStaysQueuedUntilCancel: emu_queued_ms keeps a background
@@ -55,7 +57,7 @@ func TestQueuedStaysQueuedUntilCancel(t *testing.T) {
 	if got := getResponse(t, ctx, c, srv, id); got.Status != statusCancelled {
 		t.Fatalf("GET after cancel: %+v", got)
 	}
-	waitFor(t, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
+	testkit.Eventually(t, 15*time.Second, "the generation to stop", func() bool { return srv.Stats().ActiveGenerations == 0 })
 	if rec := record(t, srv, id); rec.Tokens != 0 || rec.CancelledAt.IsZero() {
 		t.Fatalf("record: %+v", rec)
 	}
@@ -122,7 +124,7 @@ func TestSilentAfterUntilCancel(t *testing.T) {
 		})
 	defer resp.Body.Close()
 	id := evs[0].Response.ID
-	waitFor(t, "the third token", func() bool { return record(t, srv, id).Tokens == 3 })
+	testkit.Eventually(t, 15*time.Second, "the third token", func() bool { return record(t, srv, id).Tokens == 3 })
 	got := getResponse(t, ctx, c, srv, id)
 	if got.Status != statusInProgress || got.text() != deltas(evs) {
 		t.Fatalf("GET while silent: status %q text %q, stream %q", got.Status, got.text(), deltas(evs))
@@ -137,7 +139,7 @@ func TestSilentAfterUntilCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the resumed stream to attach", func() bool { return record(t, srv, id).StreamsAttached == 2 })
+	testkit.Eventually(t, 15*time.Second, "the resumed stream to attach", func() bool { return record(t, srv, id).StreamsAttached == 2 })
 	if rec := record(t, srv, id); rec.Tokens != 3 || rec.Events != len(evs) {
 		t.Fatalf("generation went on while silent: %+v (stream had %d events)", rec, len(evs))
 	}

@@ -1,13 +1,11 @@
 package natsembed_test
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,7 +70,7 @@ func TestStart(t *testing.T) {
 	})
 	t.Run("logger and store dir", func(t *testing.T) {
 		t.Parallel()
-		var buf syncBuffer
+		var buf testkit.Buffer
 		l := zerolog.New(&buf)
 		dir := t.TempDir()
 		s, err := natsembed.Start(natsembed.Config{InProcess: true, StoreDir: dir, Logger: &l})
@@ -116,23 +115,6 @@ func TestRunTest(t *testing.T) {
 		t.Fatal("not connected")
 	}
 	jsRoundTrip(t, s)
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestStartFromConfigFile(t *testing.T) {

@@ -1,0 +1,76 @@
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fatalTB records a Fatalf instead of ending the test.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
+
+func TestEventually(t *testing.T) {
+	var n atomic.Int32
+	Eventually(t, 10*time.Second, "the third poll", func() bool { return n.Add(1) == 3 })
+
+	f := &fatalTB{TB: t}
+	Eventually(f, 30*time.Millisecond, "never", func() bool { return f.msg != "" })
+	if f.msg != "timed out after 30ms waiting for never" {
+		t.Fatalf("Fatalf(%q)", f.msg)
+	}
+}
+
+func TestBuffer(t *testing.T) {
+	var b Buffer
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				_, _ = b.Write([]byte("x"))
+				_ = b.String()
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(b.String()); n != 400 {
+		t.Fatalf("%d bytes", n)
+	}
+}
+
+func TestDo(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %q %q %s", r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("X-Key"), body)
+	}))
+	defer srv.Close()
+	for _, tt := range []struct {
+		body   any
+		header []string
+		want   string
+	}{
+		{nil, nil, `GET /p "" "" `},
+		{map[string]int{"a": 1}, []string{"X-Key", "k"}, `GET /p "application/json" "k" {"a":1}`},
+		{"raw", []string{"Content-Type", "text/plain"}, `GET /p "text/plain" "" raw`},
+		{[]byte("bytes"), nil, `GET /p "application/json" "" bytes`},
+	} {
+		resp := Do(t, context.Background(), srv.Client(), "GET", srv.URL+"/p", tt.body, tt.header...)
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(got) != tt.want {
+			t.Errorf("body %v, header %v: server saw %s, want %s", tt.body, tt.header, got, tt.want)
+		}
+	}
+}
