@@ -206,7 +206,7 @@ func (c Config) validate() error {
 	if !events.ValidRunID(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))
 	}
-	if err := c.Provision.withDefaults().validate(); err != nil {
+	if err := c.Provision.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

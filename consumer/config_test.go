@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/events"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -25,8 +27,8 @@ func TestConfigValidation(t *testing.T) {
 		{"ready check interval", Config{ReadyCheckInterval: -time.Second}, ErrInvalidConfig, "ready check interval must not be negative"},
 		{"cancel confirm timeout", Config{CancelConfirmTimeout: -time.Second}, ErrInvalidConfig, "cancel confirm timeout must not be negative"},
 		{"retry delay", Config{RetryDelay: -time.Second}, ErrInvalidConfig, "retry delay must not be negative"},
-		{"replicas", Config{Provision: ProvisionConfig{Replicas: 7}}, ErrInvalidProvisionConfig, "Replicas 7 must be between 1 and 5"},
-		{"state ttl under events max age", Config{Provision: ProvisionConfig{StateTTL: time.Hour}}, ErrInvalidProvisionConfig, "StateTTL 1h0m0s must be at least EventsMaxAge"},
+		{"replicas", Config{Provision: ProvisionConfig{Replicas: 7}}, events.ErrInvalidProvisionConfig, "Replicas 7 must be between 1 and 5"},
+		{"state ttl under events max age", Config{Provision: ProvisionConfig{StateTTL: time.Hour}}, events.ErrInvalidProvisionConfig, "StateTTL 1h0m0s must be at least EventsMaxAge"},
 		{"ack wait", Config{Provision: ProvisionConfig{AckWait: time.Millisecond}}, ErrInvalidConfig, "AckWait 1ms must be at least 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,7 +7,8 @@ import "errors"
 // Errors New, Validate and Ready return.
 var (
 	// ErrInvalidConfig is wrapped by the error New and Validate return for
-	// a bad Config (with ErrInvalidProvisionConfig for a bad Provision).
+	// a bad Config (with events.ErrInvalidProvisionConfig for a bad
+	// Provision).
 	ErrInvalidConfig = errors.New("consumer: invalid config")
 	// ErrNotReady is wrapped by every error Ready returns; the rest of the
 	// message is a one-line reason.

@@ -13,26 +13,10 @@ import (
 	"github.com/foundryq/foundryq/internal/retry"
 )
 
-// ProvisionConfig sets the JetStream resources Provision creates: it is
-// events.ProvisionConfig (the topology's settings, where each field and its
-// default is described), as a worker's Config holds it. Zero fields take
-// the defaults.
-type ProvisionConfig events.ProvisionConfig
-
-// withDefaults and validate are what Config.validate checks Provision with.
-func (c ProvisionConfig) withDefaults() ProvisionConfig {
-	return ProvisionConfig(events.ProvisionConfig(c).WithDefaults())
-}
-
-func (c ProvisionConfig) validate() error { return events.ProvisionConfig(c).Validate() }
-
-// ErrInvalidProvisionConfig is events.ErrInvalidProvisionConfig, wrapped by
-// the error Provision returns for a bad ProvisionConfig.
-var ErrInvalidProvisionConfig = events.ErrInvalidProvisionConfig
-
-// DefaultMaxDeliver is events.DefaultMaxDeliver: the failure budget of a
-// run when ProvisionConfig.MaxDeliver is zero.
-const DefaultMaxDeliver = events.DefaultMaxDeliver
+// ProvisionConfig sets the JetStream resources Provision creates: the
+// topology's settings, where each field and its default is described
+// (events/topology.go). Zero fields take the defaults.
+type ProvisionConfig = events.ProvisionConfig
 
 // Resources are the JetStream objects foundryq runs on.
 type Resources struct {
@@ -50,8 +34,8 @@ const provisionAttempts = 8
 // safe to run from many workers at once at start. An existing resource
 // whose configuration cannot be changed in place (e.g. the runs stream's
 // retention) makes it fail with the server's error.
-func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, pcfg ProvisionConfig) (Resources, error) {
-	cfg := events.ProvisionConfig(pcfg).WithDefaults()
+func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg ProvisionConfig) (Resources, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return Resources{}, err
 	}

@@ -223,7 +223,7 @@ func (w *Worker) provision(ctx context.Context) (Resources, error) {
 			w.lastProvision.Store(time.Now().UnixNano())
 			return res, nil
 		}
-		if errors.Is(err, ErrInvalidProvisionConfig) || w.nc.IsClosed() {
+		if errors.Is(err, events.ErrInvalidProvisionConfig) || w.nc.IsClosed() {
 			return Resources{}, fmt.Errorf("consumer: provision: %w", err)
 		}
 		if ctx.Err() != nil {
@@ -445,7 +445,7 @@ func (w *Worker) maxFailures() int {
 	if n := w.cfg.Provision.MaxDeliver; n > 0 {
 		return n
 	}
-	return DefaultMaxDeliver
+	return events.DefaultMaxDeliver
 }
 
 func (w *Worker) owned(runID string) *run {

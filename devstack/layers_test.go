@@ -39,6 +39,7 @@ var layers = []layer{
 	{"foundry", []string{"internal/..."}},
 	{"internal/...", []string{"internal/..."}},
 	{"deploy", []string{"internal/..."}}, // the deployment's tests; its package holds only a doc comment
+	{"docs", nil},                        // the documentation's link test; its package holds only a doc comment
 }
 
 // layer is one rule: the packages that match from (module-relative; "x/..."
