@@ -2,11 +2,9 @@ package events_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,52 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
 )
-
-// silentWorker joins the workers' queue group on the cancel subjects and
-// drops every request, as a worker cut off from NATS or frozen would (the
-// server still routes requests to it). It returns how many it dropped.
-func silentWorker(t *testing.T, nc *nats.Conn, names events.Names) *atomic.Int64 {
-	t.Helper()
-	var n atomic.Int64
-	sub, err := nc.QueueSubscribe(names.CancelWildcard(), names.WorkerQueueGroup(), func(*nats.Msg) { n.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return &n
-}
-
-// answeringWorker joins the queue group and answers every cancel request
-// with reply (its RunID set from the subject). It returns how many it
-// answered.
-func answeringWorker(t *testing.T, nc *nats.Conn, names events.Names, reply events.CancelReply) *atomic.Int64 {
-	t.Helper()
-	var n atomic.Int64
-	sub, err := nc.QueueSubscribe(names.CancelWildcard(), names.WorkerQueueGroup(), func(m *nats.Msg) {
-		if m.Reply == "" {
-			return
-		}
-		n.Add(1)
-		r := reply
-		r.RunID, _ = names.RunIDFromSubject(m.Subject)
-		data, _ := json.Marshal(r)
-		_ = m.Respond(data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return &n
-}
 
 // storedCancel reports whether a cancel for runID is on the cancels stream.
 func storedCancel(t *testing.T, ctx context.Context, s jetstream.Stream, names events.Names, runID string) bool {
@@ -87,8 +43,8 @@ func TestCancelSilentQueueMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dropped := silentWorker(t, e.nc, e.names)
-	answered := answeringWorker(t, e.nc, e.names, events.CancelReply{Result: events.CancelCancelling})
+	dropped := devstack.StandInWorker(t, e.nc, e.names, nil)
+	answered := devstack.StandInWorker(t, e.nc, e.names, &events.CancelReply{Result: events.CancelCancelling})
 	// At least 12 cancels, and more until each member had one (random
 	// routing: 12 leave the silent one none once in 4096 runs).
 	for i := 0; i < 12 || (dropped.Load() == 0 || answered.Load() == 0) && i < 40; i++ {
@@ -124,7 +80,7 @@ func TestCancelNobodyAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dropped := silentWorker(t, e.nc, e.names)
+	dropped := devstack.StandInWorker(t, e.nc, e.names, nil)
 	start := time.Now()
 	reply, err := c.Cancel(ctx, "mute1", "stop")
 	took := time.Since(start)
@@ -165,7 +121,7 @@ func TestCancelUnansweredReadsTheRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	silentWorker(t, e.nc, e.names)
+	devstack.StandInWorker(t, e.nc, e.names, nil)
 	now := time.Now().UTC()
 	for _, st := range []events.RunState{
 		{RunID: "done1", Status: events.StatusCompleted, Terminal: events.TypeRunCompleted, UpstreamStatus: "completed"},
@@ -262,7 +218,7 @@ func TestCancelStoreFull(t *testing.T) {
 
 	// Each subtest's stand-in leaves the queue group when it ends.
 	t.Run("silent worker", func(t *testing.T) {
-		silentWorker(t, nc, names)
+		devstack.StandInWorker(t, nc, names, nil)
 		start := time.Now()
 		_, err := c.Cancel(ctx, "full1", "")
 		if !errors.Is(err, events.ErrCancelUndelivered) {
@@ -274,7 +230,7 @@ func TestCancelStoreFull(t *testing.T) {
 	})
 
 	t.Run("answering worker", func(t *testing.T) {
-		answered := answeringWorker(t, nc, names, events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
+		answered := devstack.StandInWorker(t, nc, names, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
 		reply, err := c.Cancel(ctx, "full2", "stop")
 		if err != nil || reply != (events.CancelReply{RunID: "full2", Result: events.CancelCancelling, Unrecorded: true}) {
 			t.Fatalf("reply %+v, err %v; want the worker's unrecorded cancelling", reply, err)
@@ -325,7 +281,7 @@ func TestCancelStreamMaxBytes(t *testing.T) {
 	if _, err := c.Cancel(ctx, "mb1", ""); !errors.Is(err, events.ErrCancelUndelivered) {
 		t.Fatalf("no worker: err = %v, want ErrCancelUndelivered", err)
 	}
-	answeringWorker(t, e.nc, e.names, events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
+	devstack.StandInWorker(t, e.nc, e.names, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
 	reply, err := c.Cancel(ctx, "mb2", "")
 	if err != nil || !reply.Unrecorded || reply.Result != events.CancelCancelling {
 		t.Fatalf("with a worker: %+v, %v", reply, err)

@@ -2,17 +2,16 @@ package gateway_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/gateway"
 	"github.com/foundryq/foundryq/internal/natsembed"
@@ -102,31 +101,6 @@ func TestCancelQueuedRun(t *testing.T) {
 	}
 }
 
-// cancelStandIn joins the workers' queue group on the cancel subjects until
-// the test ends: with a reply it answers every request with it (RunID
-// from the subject), without one it drops them, as a worker that is cut
-// off from NATS or frozen would.
-func cancelStandIn(t *testing.T, nc *nats.Conn, reply *events.CancelReply) {
-	t.Helper()
-	names := events.Names{}
-	sub, err := nc.QueueSubscribe(names.CancelWildcard(), names.WorkerQueueGroup(), func(m *nats.Msg) {
-		if reply == nil || m.Reply == "" {
-			return
-		}
-		r := *reply
-		r.RunID, _ = names.RunIDFromSubject(m.Subject)
-		data, _ := json.Marshal(r)
-		_ = m.Respond(data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A worker that never answers (the queue group picked it): the cancel is
 // on record, so the gateway answers 200 cancelling within its one cancel
 // timeout, never 503.
@@ -135,7 +109,7 @@ func TestCancelRunUnanswered(t *testing.T) {
 	e := setup(t, 0)
 	const timeout = time.Second
 	g := e.gateway(gateway.Config{CancelTimeout: timeout})
-	cancelStandIn(t, e.nc, nil)
+	devstack.StandInWorker(t, e.nc, events.Names{}, nil)
 	for range 4 {
 		cr := g.create(t, runRequest(nil))
 		start := time.Now()
@@ -198,7 +172,7 @@ func TestCancelRunStoreFull(t *testing.T) {
 		t.Fatalf("nothing stored, nobody told: %d %s; want 503 saying so", r.status, r.body)
 	}
 
-	cancelStandIn(t, nc, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
+	devstack.StandInWorker(t, nc, events.Names{}, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
 	r = g.do(t, "POST", "/v1/runs/"+ids[1]+"/cancel", nil)
 	var reply events.CancelReply
 	r.decode(t, &reply)

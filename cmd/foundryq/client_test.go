@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
@@ -49,29 +46,6 @@ func TestDescribeCancel(t *testing.T) {
 	}
 }
 
-// standIn joins the workers' queue group on the cancel subjects until the
-// test ends: with a reply it answers every request with it (its RunID set
-// from the subject), without one it drops them, as a frozen worker would.
-func standIn(t *testing.T, nc *nats.Conn, names events.Names, reply *events.CancelReply) {
-	t.Helper()
-	sub, err := nc.QueueSubscribe(names.CancelWildcard(), names.WorkerQueueGroup(), func(m *nats.Msg) {
-		if reply == nil || m.Reply == "" {
-			return
-		}
-		r := *reply
-		r.RunID, _ = names.RunIDFromSubject(m.Subject)
-		data, _ := json.Marshal(r)
-		_ = m.Respond(data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // foundryq cancel when no worker confirms the cancel (it is recorded), and
 // when a worker could not store it: exit 0 both times, and words that say
 // what is known.
@@ -83,7 +57,7 @@ func TestCancelCommandUnconfirmed(t *testing.T) {
 	names := s.Client.Names()
 
 	t.Run("nobody confirms", func(t *testing.T) {
-		standIn(t, s.Conn, names, nil)
+		devstack.StandInWorker(t, s.Conn, names, nil)
 		start := time.Now()
 		code, stdout, stderr := runCmd(t, ctx, "cancel", "--nats-url", url, "unconf-1")
 		if code != exitOK || !strings.Contains(stdout, "recorded, not yet confirmed") || !strings.Contains(stdout, "foundryq watch unconf-1") {
@@ -96,7 +70,7 @@ func TestCancelCommandUnconfirmed(t *testing.T) {
 	})
 
 	t.Run("unrecorded", func(t *testing.T) {
-		standIn(t, s.Conn, names, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
+		devstack.StandInWorker(t, s.Conn, names, &events.CancelReply{Result: events.CancelCancelling, Unrecorded: true})
 		code, stdout, stderr := runCmd(t, ctx, "cancel", "--nats-url", url, "unrec-1")
 		if code != exitOK || !strings.Contains(stdout, "could not be stored") || !strings.Contains(stdout, "Send the cancel again") {
 			t.Fatalf("code %d, stdout %q, stderr %q", code, stdout, stderr)
