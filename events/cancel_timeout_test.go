@@ -34,7 +34,7 @@ func storedCancel(t *testing.T, ctx context.Context, s jetstream.Stream, names e
 // Cancel ends within its one timeout with cancelling and no error, whichever
 // member the requests went to (the cancel is on the cancels stream, which
 // the owner follows).
-func TestCancelSilentQueueMember(t *testing.T) {
+func testCancelSilentQueueMember(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
@@ -71,7 +71,7 @@ func TestCancelSilentQueueMember(t *testing.T) {
 // Only a silent member: nobody confirms, but the cancel is stored, so
 // Cancel answers cancelling (no error) once its timeout is spent, after
 // asking more than once.
-func TestCancelNobodyAnswers(t *testing.T) {
+func testCancelNobodyAnswers(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
@@ -113,7 +113,7 @@ func TestCancelNobodyAnswers(t *testing.T) {
 // When the request goes unanswered, the run's record answers if it can:
 // a finished run is already_finished with its terminal and Foundry's
 // status, a cancelling one (or one with a cancel on record) cancelling.
-func TestCancelUnansweredReadsTheRecord(t *testing.T) {
+func testCancelUnansweredReadsTheRecord(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
@@ -200,7 +200,7 @@ func fullStore(t *testing.T) (*nats.Conn, events.Names, consumer.Resources) {
 // JetStream's store is full, so the cancel cannot be stored: Cancel still
 // sends the request and returns the worker's reply (unrecorded); with
 // nobody to answer either it is an error that says so.
-func TestCancelStoreFull(t *testing.T) {
+func testCancelStoreFull(t *testing.T) {
 	t.Parallel()
 	nc, names, res := fullStore(t)
 	ctx := testCtx(t)
@@ -248,7 +248,7 @@ func TestCancelStoreFull(t *testing.T) {
 // with the same error code as a cancel already on record (10077); Cancel
 // must not take it for one: it still asks the workers, and with none
 // answering it reports the cancel undelivered instead of cancelling.
-func TestCancelStreamMaxBytes(t *testing.T) {
+func testCancelStreamMaxBytes(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
@@ -286,4 +286,13 @@ func TestCancelStreamMaxBytes(t *testing.T) {
 	if err != nil || !reply.Unrecorded || reply.Result != events.CancelCancelling {
 		t.Fatalf("with a worker: %+v, %v", reply, err)
 	}
+}
+
+// Client.Cancel when workers stay silent or JetStream is full: one timeout, no error once the cancel is on record.
+func TestClientCancelPastSilence(t *testing.T) {
+	t.Run("a silent queue member", testCancelSilentQueueMember)
+	t.Run("nobody answers", testCancelNobodyAnswers)
+	t.Run("an unanswered request reads the record", testCancelUnansweredReadsTheRecord)
+	t.Run("the store is full", testCancelStoreFull)
+	t.Run("the cancels stream is at its max_bytes", testCancelStreamMaxBytes)
 }

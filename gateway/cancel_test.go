@@ -20,7 +20,7 @@ import (
 // Stop in the middle: the cancel reaches Foundry, the stream ends with
 // run.cancelled carrying Foundry's status and usage, and the emulator
 // generated nothing after the cancel.
-func TestCancelRun(t *testing.T) {
+func testCancelRun(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
 	g := e.gateway(gateway.Config{})
@@ -80,7 +80,7 @@ func TestCancelRun(t *testing.T) {
 
 // A cancel of a run no worker has taken yet ends it before it reaches
 // Foundry.
-func TestCancelQueuedRun(t *testing.T) {
+func testCancelQueuedRun(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 0)
 	g := e.gateway(gateway.Config{CancelTimeout: 2 * time.Second})
@@ -104,7 +104,7 @@ func TestCancelQueuedRun(t *testing.T) {
 // A worker that never answers (the queue group picked it): the cancel is
 // on record, so the gateway answers 200 cancelling within its one cancel
 // timeout, never 503.
-func TestCancelRunUnanswered(t *testing.T) {
+func testCancelRunUnanswered(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 0)
 	const timeout = time.Second
@@ -129,7 +129,7 @@ func TestCancelRunUnanswered(t *testing.T) {
 // JetStream's store is full, so the cancel cannot be stored: with a worker
 // that tells the owner it is 200 with unrecorded; with nobody to deliver
 // it to, 503 saying so.
-func TestCancelRunStoreFull(t *testing.T) {
+func testCancelRunStoreFull(t *testing.T) {
 	t.Parallel()
 	ns, err := natsembed.Start(natsembed.Config{MaxStore: 2 << 20})
 	if err != nil {
@@ -186,4 +186,12 @@ func TestCancelRunStoreFull(t *testing.T) {
 // record before the request was answered (then with the outcome).
 func cancelTookEffect(reply events.CancelReply) bool {
 	return reply.Result == events.CancelCancelling
+}
+
+// POST /v1/runs/{id}/cancel.
+func TestCancelEndpoint(t *testing.T) {
+	t.Run("a running run", testCancelRun)
+	t.Run("a queued run", testCancelQueuedRun)
+	t.Run("no worker answers", testCancelRunUnanswered)
+	t.Run("the store is full", testCancelRunStoreFull)
 }
