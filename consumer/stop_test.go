@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -191,7 +189,7 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 	for _, id := range []string{"full-cancel", "full-run"} {
 		e.waitEvent(id, events.TypeTextDelta, 20*time.Second)
 	}
-	filler := e.fillStore()
+	filler := testkit.FillStore(t, testCtx(t), e.js)
 	testkit.Eventually(t, 30*time.Second, "Ready to report the full store", func() bool {
 		err := w.Ready(context.Background())
 		return err != nil && strings.Contains(err.Error(), "store full")
@@ -235,28 +233,6 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 		t.Fatalf("full-run record upstream status %q, want cancelled", st.UpstreamStatus)
 	}
 	testkit.Eventually(t, 30*time.Second, "Ready once space is free", func() bool { return w.Ready(context.Background()) == nil })
-}
-
-// fillStore fills the JetStream store with a stream of its own until
-// writes are refused, and returns that stream.
-func (e *env) fillStore() jetstream.Stream {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	payload := bytes.Repeat([]byte("f"), 256<<10)
-	for i := 0; ; i++ {
-		if _, err := e.js.Publish(ctx, "filler", payload); err != nil {
-			e.t.Logf("store full after %d MiB of filler: %v", i/4, err)
-			return s
-		}
-		if i > 4096 {
-			e.t.Fatal("the store never filled")
-		}
-	}
 }
 
 // A run's deadline is enforced within about two seconds even while its
@@ -540,11 +516,7 @@ func TestResponseQueuedTooLongIsGivenUp(t *testing.T) {
 func TestSilentStreamEndsTheRunStalled(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	up, err := foundry.New(foundry.Config{BaseURL: e.emu.BaseURL(), APIKey: "test-key", StreamIdleTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.up = up
+	e.idleTimeout(time.Second)
 	reg := prometheus.NewRegistry()
 	e.startWorker(consumer.Config{WorkerID: "silent", Registerer: reg})
 	e.submit(request("silent-1", map[string]string{"emu_tokens": "100", "emu_silent_after": "10"}))
@@ -574,11 +546,7 @@ func TestSilentStreamEndsTheRunStalled(t *testing.T) {
 func TestSilenceShorterThanTwoIdleTimeoutsIsNotAStall(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	up, err := foundry.New(foundry.Config{BaseURL: e.emu.BaseURL(), APIKey: "test-key", StreamIdleTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.up = up
+	e.idleTimeout(time.Second)
 	e.startWorker(consumer.Config{WorkerID: "pause"})
 	e.submit(request("pause-1", map[string]string{"emu_tokens": "40", "emu_silent_after": "10", "emu_silent_ms": "1500"}))
 	evs := e.collect("pause-1", 30*time.Second)
@@ -633,4 +601,15 @@ func TestEndRecordedBeforeAZombieEventIsRepaired(t *testing.T) {
 		t.Fatalf("record end %+v, want seq 4", got.End)
 	}
 	e.waitRunsEmpty()
+}
+
+// idleTimeout gives the workers started next a Foundry client whose
+// streams end after d of silence (foundry.Config.StreamIdleTimeout).
+func (e *env) idleTimeout(d time.Duration) {
+	e.t.Helper()
+	up, err := foundry.New(foundry.Config{BaseURL: e.emu.BaseURL(), APIKey: "test-key", StreamIdleTimeout: d})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.up = up
 }

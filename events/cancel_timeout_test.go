@@ -15,6 +15,7 @@ import (
 	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // storedCancel reports whether a cancel for runID is on the cancels stream.
@@ -177,23 +178,7 @@ func fullStore(t *testing.T) (*nats.Conn, events.Names, consumer.Resources) {
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"}, Storage: jetstream.FileStorage}); err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 32<<10)
-	for i := 0; ; i++ {
-		if i > 1000 {
-			t.Fatal("the store never filled up")
-		}
-		if _, err := js.Publish(ctx, "filler", chunk); err != nil {
-			var apiErr *jetstream.APIError
-			if !errors.As(err, &apiErr) {
-				t.Fatalf("fill the store: %v", err)
-			}
-			t.Logf("store full after %d chunks: %v", i, err)
-			break
-		}
-	}
+	testkit.FillStore(t, ctx, js)
 	return nc, names, res
 }
 

@@ -1,15 +1,14 @@
 package jserr
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // TestStoreFull asks a real server for each refusal StoreFull must
@@ -49,7 +48,7 @@ func TestStoreFull(t *testing.T) {
 		MaxBytes: 64 << 10, Discard: jetstream.DiscardNew}); err != nil {
 		t.Fatal(err)
 	}
-	err = fill(ctx, js, "capped", 1<<20)
+	err = testkit.Fill(ctx, js, "capped", 16<<10, 1<<20)
 	if !StoreFull(err) || SubjectFull(err) {
 		t.Fatalf("stream at max_bytes: StoreFull %v, SubjectFull %v (%v)", StoreFull(err), SubjectFull(err), err)
 	}
@@ -57,20 +56,8 @@ func TestStoreFull(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"}}); err != nil {
 		t.Fatal(err)
 	}
-	err = fill(ctx, js, "filler", 8<<20)
+	err = testkit.Fill(ctx, js, "filler", 16<<10, 8<<20)
 	if !StoreFull(err) {
 		t.Fatalf("server store used up: StoreFull false (%v)", err)
 	}
-}
-
-// fill publishes 16 KiB messages on subject until a publish fails (its
-// error is returned) or limit bytes were stored (nil).
-func fill(ctx context.Context, js jetstream.JetStream, subject string, limit int) error {
-	payload := bytes.Repeat([]byte("f"), 16<<10)
-	for n := 0; n < limit; n += len(payload) {
-		if _, err := js.Publish(ctx, subject, payload); err != nil {
-			return err
-		}
-	}
-	return fmt.Errorf("stored %d bytes on %s without a refusal", limit, subject)
 }

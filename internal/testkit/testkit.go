@@ -1,7 +1,7 @@
 // Package testkit is what the tests of several packages share: Eventually
 // to wait for a condition, Buffer for output written by goroutines or
-// processes while a test reads it, and Do to send an HTTP request with a
-// JSON body. It imports nothing of the product, so that any test may use
+// processes while a test reads it, Do to send an HTTP request with a JSON
+// body, and Fill and FillStore to fill a JetStream store. It imports nothing of the product, so that any test may use
 // it, and nothing outside tests does.
 package testkit
 
@@ -9,12 +9,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Eventually polls cond until it holds, and fails the test (t.Fatalf,
@@ -99,4 +103,37 @@ func Do(t testing.TB, ctx context.Context, c *http.Client, method, url string, b
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	return resp
+}
+
+// Fill publishes chunk-sized messages on subject (a stream must capture
+// it) until JetStream refuses one, and returns that refusal; after limit
+// bytes without a refusal it returns an error that says so. For tests of
+// a full store: a stream at its max_bytes, or the server's store used up.
+func Fill(ctx context.Context, js jetstream.JetStream, subject string, chunk, limit int) error {
+	payload := bytes.Repeat([]byte("f"), chunk)
+	for n := 0; n < limit; n += chunk {
+		if _, err := js.Publish(ctx, subject, payload); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("testkit: stored %d bytes on %s without a refusal", limit, subject)
+}
+
+// FillStore creates the stream FILLER (subject "filler") and fills it
+// until JetStream refuses a write (Fill, in chunks of 256 KiB, at most
+// 1 GiB), failing the test otherwise. It returns the stream, whose Purge
+// frees the space.
+func FillStore(t testing.TB, ctx context.Context, js jetstream.JetStream) jetstream.Stream {
+	t.Helper()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Fill(ctx, js, "filler", 256<<10, 1<<30)
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("fill the store: %v", err)
+	}
+	t.Logf("store full: %v", err)
+	return s
 }
