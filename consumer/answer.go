@@ -272,20 +272,9 @@ func (w *Worker) answerCancel(ctx context.Context, runID string, req events.Canc
 }
 
 // finishedReply answers a cancel (the client's id, if it sent one) of a
-// run that has ended.
+// run that has ended (events.FinishedReply).
 func finishedReply(st events.RunState, id string) events.CancelReply {
-	reply := events.CancelReply{RunID: st.RunID, Result: events.CancelAlreadyFinished, Terminal: st.Terminal, UpstreamStatus: st.UpstreamStatus}
-	switch {
-	case st.Terminal != events.TypeRunCancelled:
-	case st.ResponseID == "" && st.CreateStartedAt == nil:
-		reply.Result = events.CancelCancelled // cancelled before it started: the answer it got the first time
-	case id != "" && st.Cancel != nil && st.Cancel.ID == id:
-		// This very cancel ended the run: its owner applied the stored
-		// record before the request was answered. The outcome is known
-		// already (terminal, upstream_status).
-		reply.Result = events.CancelCancelling
-	}
-	return reply
+	return events.FinishedReply(st, id)
 }
 
 // cancelTaken records a cancel for a run a worker has taken and tells the

@@ -49,6 +49,25 @@ type CancelReply struct {
 	Unrecorded bool `json:"unrecorded,omitempty"`
 }
 
+// FinishedReply is the answer to a cancel of a run whose record st says it
+// has ended, given the client's id of the cancel (HeaderCancelID; "" if
+// none): already_finished with the terminal event type and Foundry's last
+// word; cancelled for a run cancelled before it started (the answer its
+// first cancel got); cancelling, with the outcome, when this very cancel
+// ended the run (its owner may apply the stored record before the request
+// is answered).
+func FinishedReply(st RunState, cancelID string) CancelReply {
+	reply := CancelReply{RunID: st.RunID, Result: CancelAlreadyFinished, Terminal: st.Terminal, UpstreamStatus: st.UpstreamStatus}
+	switch {
+	case st.Terminal != TypeRunCancelled:
+	case st.ResponseID == "" && st.CreateStartedAt == nil:
+		reply.Result = CancelCancelled
+	case cancelID != "" && st.Cancel != nil && st.Cancel.ID == cancelID:
+		reply.Result = CancelCancelling
+	}
+	return reply
+}
+
 // DecodeCancelRequest decodes a cancel request body. An empty body is a
 // cancel with no reason. Unknown fields and over-long reasons are refused
 // with a *ValidationError.

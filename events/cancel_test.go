@@ -234,3 +234,31 @@ func TestCancelWithResponder(t *testing.T) {
 		t.Fatalf("reply %+v, err %v; want ErrCancelFailed", reply, err)
 	}
 }
+
+// FinishedReply answers a cancel of a run that has ended: the run's own
+// cancel (the same client id) is cancelling with the outcome, another one
+// already_finished, and a run cancelled before it started cancelled.
+func TestFinishedReply(t *testing.T) {
+	t.Parallel()
+	cancelled := events.RunState{RunID: "r", Status: events.StatusCancelled, Terminal: events.TypeRunCancelled,
+		ResponseID: "resp", UpstreamStatus: "cancelled", Cancel: &events.CancelRecord{Reason: events.ReasonRequested, ID: "c1"}}
+	for _, tt := range []struct {
+		name string
+		st   events.RunState
+		id   string
+		want events.CancelResult
+	}{
+		{"this cancel ended it", cancelled, "c1", events.CancelCancelling},
+		{"another cancel ended it", cancelled, "c2", events.CancelAlreadyFinished},
+		{"a client without an id", cancelled, "", events.CancelAlreadyFinished},
+		{"cancelled before it started", events.RunState{RunID: "r", Status: events.StatusCancelled, Terminal: events.TypeRunCancelled}, "c1", events.CancelCancelled},
+		{"completed", events.RunState{RunID: "r", Status: events.StatusCompleted, Terminal: events.TypeRunCompleted, ResponseID: "resp"}, "c1", events.CancelAlreadyFinished},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := events.FinishedReply(tt.st, tt.id)
+			if r.Result != tt.want || r.Terminal != tt.st.Terminal || r.RunID != "r" {
+				t.Fatalf("%+v, want result %s with terminal %s", r, tt.want, tt.st.Terminal)
+			}
+		})
+	}
+}

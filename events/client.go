@@ -296,11 +296,11 @@ func (c *Client) Cancel(ctx context.Context, runID, reason string) (_ CancelRepl
 			if !stored {
 				return CancelReply{}, fmt.Errorf("events: cancel run %s: %w: %w; no worker is running", runID, ErrCancelUndelivered, storeErr)
 			}
-			return c.noWorkerReply(ctx, runID), nil
+			return c.noWorkerReply(ctx, runID, id), nil
 		case errors.Is(rerr, context.DeadlineExceeded) || errors.Is(rerr, nats.ErrTimeout):
 			// Nobody answered in time: perhaps the worker the request went
 			// to is cut off or frozen. The record may say enough.
-			if reply, ok := c.recordedReply(ctx, runID); ok {
+			if reply, ok := c.recordedReply(ctx, runID, id); ok {
 				return reply, nil
 			}
 			lastErr = rerr
@@ -352,13 +352,13 @@ func (c *Client) recordCancel(ctx context.Context, runID, id string, body []byte
 // record, when it says enough: already_finished if the run has ended,
 // cancelling if a worker has recorded a cancel. ok is false otherwise (or
 // if the record cannot be read).
-func (c *Client) recordedReply(ctx context.Context, runID string) (CancelReply, bool) {
+func (c *Client) recordedReply(ctx context.Context, runID, cancelID string) (CancelReply, bool) {
 	st, _, err := c.State(ctx, runID)
 	switch {
 	case err != nil:
 		return CancelReply{}, false
 	case st.Finished():
-		return CancelReply{RunID: runID, Result: CancelAlreadyFinished, Terminal: st.Terminal, UpstreamStatus: st.UpstreamStatus}, true
+		return FinishedReply(st, cancelID), true
 	case st.Status == StatusCancelling || st.Cancel != nil:
 		return CancelReply{RunID: runID, Result: CancelCancelling, UpstreamStatus: st.UpstreamStatus}, true
 	}
@@ -367,14 +367,11 @@ func (c *Client) recordedReply(ctx context.Context, runID string) (CancelReply, 
 
 // noWorkerReply answers a cancel that no worker heard: the cancel is on
 // record and the next worker to take the run applies it.
-func (c *Client) noWorkerReply(ctx context.Context, runID string) CancelReply {
-	reply := CancelReply{RunID: runID, Result: CancelCancelling}
+func (c *Client) noWorkerReply(ctx context.Context, runID, cancelID string) CancelReply {
 	if st, _, err := c.State(ctx, runID); err == nil && st.Finished() {
-		reply.Result = CancelAlreadyFinished
-		reply.Terminal = st.Terminal
-		reply.UpstreamStatus = st.UpstreamStatus
+		return FinishedReply(st, cancelID)
 	}
-	return reply
+	return CancelReply{RunID: runID, Result: CancelCancelling}
 }
 
 // State returns the state record of runID and its revision: an error
