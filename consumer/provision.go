@@ -76,11 +76,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg 
 // (nats-server races a stream update against a consumer being created on
 // the same stream, which the race detector reports from its own code).
 func upsertStream(ctx context.Context, js jetstream.JetStream, scfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	if s, err := js.Stream(ctx, scfg.Name); err == nil && holds(s.CachedInfo().Config, scfg) {
-		return s, nil
-	}
 	return retryProvision(ctx, "stream "+scfg.Name, func() (jetstream.Stream, error) {
-		return js.CreateOrUpdateStream(ctx, scfg)
+		// A create of a stream that exists with the same config succeeds
+		// without an update; only a different config is updated.
+		s, err := js.CreateStream(ctx, scfg)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return s, err
+		}
+		if s, err = js.Stream(ctx, scfg.Name); err != nil || holds(s.CachedInfo().Config, scfg) {
+			return s, err
+		}
+		return js.UpdateStream(ctx, scfg)
 	})
 }
 
