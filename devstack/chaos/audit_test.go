@@ -583,6 +583,14 @@ func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time
 		deadline = st.StartedAt.Add(plan.Timeout)
 	}
 	limit := extend(d.outages, deadline, deadline.Add(d.bounds.UpstreamCancel), OutageNATS)
+	if st != nil && st.ResponseID == "" && st.CreateStartedAt != nil {
+		// The create's response id never reached a worker (the attempt
+		// that sent it died first): no worker can ask Foundry to cancel
+		// it, which is outside the guarantees and said so (the run fails
+		// upstream_lost, or is cancelled with upstream_status unknown).
+		rep.UnknownUpstream++
+		return
+	}
 	for _, rec := range recs {
 		called := cancelCalledAt(rec)
 		if !called.IsZero() && (rec.FinishedAt.IsZero() || rec.FinishedAt.After(deadline)) {

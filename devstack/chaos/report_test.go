@@ -40,9 +40,10 @@ type Report struct {
 	// (upstream_status unconfirmed).
 	CancelledBy map[string]int
 	Unconfirmed int
-	// UnknownUpstream counts cancelled runs whose response id never reached
-	// a worker (upstream_status unknown): Foundry cannot be asked about
-	// such a response, which is outside the guarantees and said so.
+	// UnknownUpstream counts runs whose response id never reached a worker
+	// (cancelled with upstream_status unknown, or timed out and lost):
+	// Foundry cannot be asked about such a response, which is outside the
+	// guarantees and said so.
 	UnknownUpstream int
 	// RanOnUnreported counts cancelled runs whose response ran on upstream
 	// (the emulator's final status completed, incomplete, or unfinished)
@@ -98,11 +99,9 @@ func (r Report) Table() string {
 	if r.Unconfirmed > 0 {
 		unconfirmed = fmt.Sprintf("unconfirmed %d", r.Unconfirmed)
 	}
-	if r.UnknownUpstream > 0 {
-		unconfirmed = strings.TrimPrefix(unconfirmed+fmt.Sprintf(", upstream unknown %d", r.UnknownUpstream), ", ")
-	}
 	row("cancelled (by reason)", fmt.Sprint(r.Cancelled)+byKey(r.CancelledBy, unconfirmed))
 	row("with a short timeout_seconds", r.WithTimeout)
+	row("response id never known to a worker (outside the guarantees)", r.UnknownUpstream)
 	row("lost tokens", r.LostTokens)
 	row("duplicate tokens", r.DuplicateTokens)
 	row("extra upstream responses", r.ExtraUpstreamResponses)
