@@ -175,7 +175,17 @@ func (r *run) drive(req events.RunRequest, pos position) {
 		r.queued.Stop()
 	}
 	if stopWatch() {
-		r.endAfterRead(out)
+		if r.ctx.Err() == nil {
+			r.endAfterRead(out)
+			return
+		}
+		// The run was stopped as the reader ended, before the watch
+		// fired (a context reports Err before its AfterFuncs start): the
+		// stop decides, as if the watch had fired. Taken for an upstream
+		// error, a deadline once counted as a failed attempt, delivery
+		// after delivery, until the run ended attempts_exhausted.
+		readerDone <- out
+		r.interrupt(readerDone, upStop)
 		return
 	}
 	readerDone <- out
