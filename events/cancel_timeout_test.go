@@ -237,15 +237,7 @@ func testCancelStreamMaxBytes(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
-	info, err := e.res.Cancels.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := info.Config
-	cfg.MaxBytes = 4 << 10
-	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	capStream(t, ctx, e.js, e.res.Cancels, 4<<10)
 	// Large records first, then empty ones until not even an empty cancel
 	// fits.
 	for _, size := range []int{512, 0} {
@@ -280,4 +272,19 @@ func TestClientCancelPastSilence(t *testing.T) {
 	t.Run("an unanswered request reads the record", testCancelUnansweredReadsTheRecord)
 	t.Run("the store is full", testCancelStoreFull)
 	t.Run("the cancels stream is at its max_bytes", testCancelStreamMaxBytes)
+}
+
+// capStream sets a stream's max_bytes (it discards new messages past it),
+// so that a test can fill it with a few writes.
+func capStream(t *testing.T, ctx context.Context, js jetstream.JetStream, s jetstream.Stream, maxBytes int64) {
+	t.Helper()
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.MaxBytes = maxBytes
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 }

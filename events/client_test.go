@@ -220,15 +220,7 @@ func TestSubmitRunsStreamFull(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := testCtx(t)
-	info, err := e.res.Runs.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := info.Config
-	cfg.MaxBytes = 4 << 10
-	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	capStream(t, ctx, e.js, e.res.Runs, 4<<10)
 	big := func(id string) events.RunRequest {
 		req := validRequest(id)
 		req.Input = json.RawMessage(`"` + strings.Repeat("x", 1000) + `"`)
@@ -242,7 +234,7 @@ func TestSubmitRunsStreamFull(t *testing.T) {
 			break
 		}
 	}
-	_, err = e.client.Submit(ctx, big("after-full"))
+	_, err := e.client.Submit(ctx, big("after-full"))
 	if err == nil || errors.Is(err, events.ErrAlreadyQueued) || !strings.Contains(err.Error(), "maximum bytes exceeded") {
 		t.Fatalf("submit to a full runs stream: %v; want the stream's refusal, not ErrAlreadyQueued", err)
 	}
