@@ -96,17 +96,17 @@ type Stack struct {
 // endpoint), provisions the streams, consumer and bucket (so that clients
 // can submit and watch at once, even without a worker) and starts
 // Config.Workers workers. On error everything started is stopped.
-func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Workers < 0 {
 		return nil, fmt.Errorf("devstack: Workers must be 0 or more, got %d", cfg.Workers)
 	}
 	if cfg.NATS == (natsembed.Config{}) && cfg.Cluster == nil {
 		cfg.NATS.InProcess = true
 	}
-	s = &Stack{cfg: cfg}
+	s := &Stack{cfg: cfg}
 	defer func() {
 		if err != nil {
-			_ = s.Close()
+			_ = s.Close() // s, not the nil result: stop what was started
 		}
 	}()
 	if cfg.Cluster != nil {

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +116,20 @@ func TestStackOnACluster(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// A stack that cannot start (here: its NATS port is taken) returns the
+// reason, stops what it had started, and does not panic.
+func TestStartReportsAPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	_, err = Start(t.Context(), Config{NATS: natsembed.Config{Host: "127.0.0.1", Port: port, StoreDir: t.TempDir(), ReadyTimeout: 2 * time.Second}})
+	if err == nil || !strings.Contains(err.Error(), strconv.Itoa(port)) {
+		t.Fatalf("Start on a taken port: %v", err)
 	}
 }

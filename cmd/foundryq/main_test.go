@@ -87,18 +87,30 @@ func TestFlagsFromEnvironment(t *testing.T) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct ports that were free a moment ago (all
+// held at once, so that no two are the same).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // The README's first command, end to end: dev mode, then submit --watch,
 // a slow run cancelled with the cancel command, runs, and exit codes.
 func TestDevModeWithTheCLI(t *testing.T) {
-	natsPort, emuPort, gwPort, opsPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	p := freePorts(t, 4)
+	natsPort, emuPort, gwPort, opsPort := p[0], p[1], p[2], p[3]
 	t.Setenv("FOUNDRY_ENDPOINT", "") // the emulator, whatever the caller's environment
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
@@ -189,8 +201,8 @@ func TestDevWithoutWorkersKeepsRunning(t *testing.T) {
 	done := make(chan int, 1)
 	var out testkit.Buffer
 	go func() {
-		done <- run(ctx, []string{"dev", "--workers", "0", "--nats-port", strconv.Itoa(freePort(t)),
-			"--emulator-addr", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--http-addr", "", "--gateway-addr", "", "--log-level", "error"}, &out, &out)
+		done <- run(ctx, []string{"dev", "--workers", "0", "--nats-port", "0",
+			"--emulator-addr", "127.0.0.1:0", "--http-addr", "", "--gateway-addr", "", "--log-level", "error"}, &out, &out)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(out.String(), "foundryq dev is running") {

@@ -56,7 +56,8 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	t.Setenv("FOUNDRY_ENDPOINT", "")
 	var out outputs
 
-	natsPort, emuPort := freePort(t), freePort(t)
+	p := freePorts(t, 2)
+	natsPort, emuPort := p[0], p[1]
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var devOut, devErr testkit.Buffer
