@@ -35,6 +35,13 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 		aerr.write(w)
 		return
 	}
+	if cr.followUp != nil {
+		if cr.approved, aerr = h.resolveFollowUp(cr.followUp); aerr != nil {
+			h.stats.rejected.Add(1)
+			aerr.write(w)
+			return
+		}
+	}
 	sc, aerr := parseScenario(cr.metadata, h.cfg)
 	if aerr != nil {
 		h.stats.rejected.Add(1)

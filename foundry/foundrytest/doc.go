@@ -58,7 +58,9 @@
 // require_approval is neither "never" nor a filter whose never list names
 // the tool (the default is "always") gives
 // an mcp_approval_request item (added, done) and the response completes
-// there, with no call and no text; otherwise (or with no tool in the
+// there, with no call and no text (a follow-up create with
+// previous_response_id answering it runs the approved call, or none, then
+// the text: followup.go); otherwise (or with no tool in the
 // request) response.output_item.added (mcp_call),
 // response.mcp_call.in_progress, response.mcp_call_arguments.delta and .done,
 // response.mcp_call.completed or .failed, response.output_item.done; then the

@@ -56,6 +56,23 @@ func (g *generator) generate() {
 	if !g.lifecycle(evInProgress, statusInProgress) {
 		return
 	}
+	if r.req.followUp.answers() {
+		// A follow-up: the approved MCP calls run, then the model answers;
+		// the scripted call is not made again. The tools were listed by
+		// the previous response, which is in context ("as long as the
+		// mcp_list_tools item is present in the context … the API will
+		// not fetch a list of tools from the MCP server again": OpenAI,
+		// "Remote MCP" guide).
+		index := 0
+		for _, c := range r.req.approved {
+			if !g.toolCall(index, c.label, c.name, c.requestID) {
+				return
+			}
+			index++
+		}
+		g.message(index)
+		return
+	}
 	index := 0
 	for i := range r.req.mcpServers {
 		if !g.listTools(index, &r.req.mcpServers[i]) {
@@ -67,7 +84,7 @@ func (g *generator) generate() {
 		call := r.req.call
 		switch {
 		case call == nil: // a scripted call with no tool in the request
-			if !g.toolCall(index, defaultServerLabel, defaultToolName) {
+			if !g.toolCall(index, defaultServerLabel, defaultToolName, "") {
 				return
 			}
 			index++
@@ -86,7 +103,7 @@ func (g *generator) generate() {
 			}
 			return
 		default:
-			if !g.toolCall(index, call.label, call.name) {
+			if !g.toolCall(index, call.label, call.name, "") {
 				return
 			}
 			index++
@@ -302,12 +319,16 @@ func (g *generator) functionCall(index int, name string) bool {
 	})
 }
 
-// toolCall runs the scripted MCP tool call as output item index.
-func (g *generator) toolCall(index int, label, name string) bool {
+// toolCall runs the scripted MCP tool call as output item index; approvalID
+// is the mcp_approval_request that let it run, if any.
+func (g *generator) toolCall(index int, label, name, approvalID string) bool {
 	r := g.r
 	args := r.toolArguments()
 	ok := g.emit(evItemAdded, func(r *response, seq int) any {
 		r.tool = &mcpCallItem{ID: r.mcpID, Type: "mcp_call", Name: name, ServerLabel: label, Status: statusInProgress}
+		if approvalID != "" {
+			r.tool.ApprovalRequestID = &approvalID
+		}
 		r.toolIndex = index
 		r.output = append(r.output, r.tool)
 		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: r.toolLocked()}

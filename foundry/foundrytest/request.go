@@ -30,6 +30,11 @@ type createRequest struct {
 	// call is the tool a scripted call (emu_tool_ms) uses: the first mcp or
 	// function tool of the request; nil without one.
 	call *toolCallTarget
+	// followUp is what the request answers of a previous response (nil
+	// without previous_response_id or answer items); approved are the MCP
+	// calls its approvals let run, set by the create handler.
+	followUp *followUp
+	approved []answeredCall
 }
 
 // mcpServer is one "type":"mcp" tool of a request.
@@ -216,6 +221,9 @@ func parseCreateOpts(body []byte, opts parseOptions) (*createRequest, *apiError)
 		req.instructions = &s
 	}
 	if aerr := req.parseTools(fields); aerr != nil {
+		return nil, aerr
+	}
+	if req.followUp, aerr = parseFollowUp(fields); aerr != nil {
 		return nil, aerr
 	}
 	if req.background, aerr = decodeBool(fields, "background", false); aerr != nil {
