@@ -398,7 +398,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	end := events.RunEvent{RunID: runID, Seq: pos.Seq + 1, Type: events.TypeRunCancelled, Time: now,
 		Reason: events.ReasonRequested, Usage: &events.Usage{}}
 	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
-		return cancelQueued(s, exists, w.cfg.WorkerID, digest, rec, end, now)
+		return cancelQueued(s, exists, w.cfg.WorkerID, digest, rec, waitingEnd(s, end), now)
 	})
 	switch {
 	case errors.Is(err, errClaimed):
@@ -408,6 +408,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	case err != nil:
 		return w.notTakenUnrecorded(runID, "record the cancel", err), nil
 	}
+	end = *st.End
 	if err := w.publishEnd(ctx, runID, pos, end, w.log.With().Str("run_id", runID).Logger()); err != nil {
 		// The record says cancelled; the worker that pulls the job
 		// publishes the event from it.

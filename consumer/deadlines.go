@@ -122,14 +122,19 @@ func (w *Worker) onStateWrite(m *nats.Msg) {
 		return
 	}
 	var st struct {
-		Status   events.RunStatus     `json:"status"`
-		Deadline *time.Time           `json:"deadline"`
-		Cancel   *events.CancelRecord `json:"cancel"`
+		Status        events.RunStatus     `json:"status"`
+		Deadline      *time.Time           `json:"deadline"`
+		InputDeadline *time.Time           `json:"input_deadline"`
+		Cancel        *events.CancelRecord `json:"cancel"`
 	}
 	if err := json.Unmarshal(m.Data, &st); err != nil || st.Status.Finished() || st.Cancel != nil {
-		st.Deadline = nil
+		st.Deadline, st.InputDeadline = nil, nil
 	}
-	w.deadlines.seen(runID, st.Deadline)
+	due := st.Deadline
+	if st.Status == events.StatusWaiting && st.InputDeadline != nil && (due == nil || st.InputDeadline.Before(*due)) {
+		due = st.InputDeadline
+	}
+	w.deadlines.seen(runID, due)
 }
 
 // enforceDeadline records a timeout cancel for a run whose deadline has
@@ -139,6 +144,10 @@ func (w *Worker) onStateWrite(m *nats.Msg) {
 func (w *Worker) enforceDeadline(runID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelCallTimeout)
 	defer cancel()
+	if st, exists, err := w.readState(ctx, runID); err == nil && exists && st.Status == events.StatusWaiting {
+		w.endWaiting(ctx, runID, st)
+		return
+	}
 	now := time.Now().UTC()
 	rec := events.CancelRecord{Reason: events.ReasonTimeout, Note: "deadline enforced by worker " + w.cfg.WorkerID, At: now}
 	won := false

@@ -70,6 +70,8 @@ var (
 	errCreateStarted = errors.New("an upstream create was started before")
 	errOtherResponse = errors.New("the run has another upstream response")
 	errClaimed       = errors.New("a worker has taken the run")
+	errStillWaiting  = errors.New("the run waits for answers")
+	errCancelPending = errors.New("a cancel is on record")
 	// errSkipUpdate, returned by the function given to stateStore.Update or
 	// Upsert, leaves the stored state as it is; the call returns the
 	// current state and a nil error.

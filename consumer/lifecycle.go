@@ -25,14 +25,21 @@ import (
 // the record; clients read it. docs/lifecycle.md draws every transition
 // (TestLifecycleIsDrawn keeps the drawing true).
 
-// stateSchema is the version of the state record this worker writes and
-// understands. A worker that finds a newer one hands the run back.
-const stateSchema = 1
+// stateSchema is the newest version of the state record this worker
+// understands. A worker that finds a newer one hands the run back. Records
+// of runs that never paused are written as baseSchema; a pause writes
+// stateSchema (steps, waiting): a worker from before runs that ask hands
+// such a run back instead of ending it approval_required.
+const (
+	baseSchema  = 1
+	stateSchema = 2
+)
 
 // isDecision reports whether err is a transition's answer rather than a
 // failure to read or write the record.
 func isDecision(err error) bool {
-	for _, d := range []error{errFinished, errReused, errNewerSchema, errNotOwner, errCreateStarted, errOtherResponse, errClaimed} {
+	for _, d := range []error{errFinished, errReused, errNewerSchema, errNotOwner, errCreateStarted, errOtherResponse, errClaimed,
+		errStillWaiting, errCancelPending} {
 		if errors.Is(err, d) {
 			return true
 		}
@@ -58,6 +65,14 @@ func (o owner) owns(s *events.RunState) bool {
 // the run's deadline is recorded, counted from its first start, so that any
 // worker can enforce it.
 func claimRun(s *events.RunState, exists bool, o owner, digest string, timeout time.Duration, now time.Time) error {
+	return claimStep(s, exists, o, digest, timeout, false, now)
+}
+
+// claimStep is claimRun for a job that may continue a waiting run: with
+// answered (every item of the pause has a stored answer) the run's next
+// step starts; a waiting run without a cancel on record is otherwise left
+// waiting (errStillWaiting: the job is stale, or early).
+func claimStep(s *events.RunState, exists bool, o owner, digest string, timeout time.Duration, answered bool, now time.Time) error {
 	if s.Schema > stateSchema {
 		return fmt.Errorf("%w (schema %d, this worker knows %d)", errNewerSchema, s.Schema, stateSchema)
 	}
@@ -67,11 +82,19 @@ func claimRun(s *events.RunState, exists bool, o owner, digest string, timeout t
 	if s.Finished() {
 		return errFinished
 	}
-	if s.Owner != "" {
+	if s.Status == events.StatusWaiting {
+		if s.Cancel == nil && !answered {
+			return errStillWaiting
+		}
+		if s.Cancel == nil {
+			s.Step++
+			s.WaitingSince, s.InputDeadline = nil, nil
+		}
+	} else if s.Owner != "" {
 		s.Failures++
 		s.LastError = fmt.Sprintf("worker %s stopped during attempt %d", s.Owner, s.Attempt)
 	}
-	s.Schema = stateSchema
+	s.Schema = max(s.Schema, baseSchema)
 	s.Digest = digest
 	s.Status = events.StatusRunning
 	if s.Cancel != nil {
@@ -85,6 +108,55 @@ func claimRun(s *events.RunState, exists bool, o owner, digest string, timeout t
 		d := s.StartedAt.Add(timeout)
 		s.Deadline = &d
 	}
+	return nil
+}
+
+// pauseRun records that the run's response (its current step) stopped on
+// items its caller must answer: the step is kept in Steps, the run waits
+// with no owner and no response in flight. inputTimeout > 0 sets the
+// pause's deadline.
+func pauseRun(s *events.RunState, o owner, step events.Step, items []events.InputItem, inputTimeout time.Duration, now time.Time) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	case s.Cancel != nil:
+		return errCancelPending
+	}
+	s.Schema = stateSchema
+	if s.Step == 0 {
+		s.Step = 1
+	}
+	s.Steps = append(s.Steps, step)
+	s.Status = events.StatusWaiting
+	s.Owner = ""
+	s.ResponseID, s.CreateStartedAt, s.StalledAt = "", nil, nil
+	s.Asked = items
+	s.WaitingSince = &now
+	s.InputDeadline = nil
+	if inputTimeout > 0 {
+		d := now.Add(inputTimeout)
+		s.InputDeadline = &d
+	}
+	return nil
+}
+
+// endWaitingRun ends a waiting run from the worker by that saw its
+// deadline pass (rec: the timeout cancel, for a run deadline) or its input
+// deadline (no rec): no worker owns it, and its last response has ended.
+func endWaitingRun(s *events.RunState, by string, rec *events.CancelRecord, end events.RunEvent, now time.Time) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case s.Status != events.StatusWaiting:
+		return errClaimed
+	}
+	s.Owner = by
+	if rec != nil && s.Cancel == nil {
+		s.Cancel = rec
+	}
+	markEnd(s, waitingEnd(s, end), "", now)
 	return nil
 }
 
@@ -242,10 +314,10 @@ func cancelQueued(s *events.RunState, exists bool, by, digest string, rec events
 		return errNewerSchema
 	case s.Finished():
 		return errFinished
-	case exists && s.Status != events.StatusQueued:
+	case exists && s.Status != events.StatusQueued && s.Status != events.StatusWaiting:
 		return errClaimed
 	}
-	s.Schema = stateSchema
+	s.Schema = max(s.Schema, baseSchema)
 	if s.Digest == "" {
 		s.Digest = digest
 	}
@@ -260,7 +332,7 @@ func cancelQueued(s *events.RunState, exists bool, by, digest string, rec events
 // failCorrupt replaces an unreadable record with one that says how the run
 // ended.
 func failCorrupt(runID string, o owner, end events.RunEvent, now time.Time) events.RunState {
-	s := events.RunState{RunID: runID, Schema: stateSchema, Owner: o.worker, Attempt: o.attempt}
+	s := events.RunState{RunID: runID, Schema: baseSchema, Owner: o.worker, Attempt: o.attempt}
 	markEnd(&s, end, "", now)
 	return s
 }
@@ -336,7 +408,7 @@ func decideCancel(s events.RunState, exists bool) cancelAction {
 		return cancelRefuse
 	case exists && s.Finished():
 		return cancelReportFinished
-	case exists && s.Status != events.StatusQueued:
+	case exists && s.Status != events.StatusQueued && s.Status != events.StatusWaiting:
 		return cancelThroughRecord
 	default:
 		return cancelBeforeStart

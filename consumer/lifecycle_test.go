@@ -40,7 +40,7 @@ func TestClaimRun(t *testing.T) {
 		check  func(t *testing.T, s events.RunState)
 	}{
 		{name: "new run", state: events.RunState{RunID: "r"}, digest: "d", check: func(t *testing.T, s events.RunState) {
-			if s.Status != events.StatusRunning || s.Owner != "w1" || s.Attempt != 3 || s.Digest != "d" || s.Schema != stateSchema ||
+			if s.Status != events.StatusRunning || s.Owner != "w1" || s.Attempt != 3 || s.Digest != "d" || s.Schema != baseSchema ||
 				s.StartedAt == nil || !s.StartedAt.Equal(later) || s.Failures != 0 {
 				t.Fatalf("%+v", s)
 			}
@@ -282,7 +282,7 @@ func TestCancelQueued(t *testing.T) {
 	if err := cancelQueued(&s, false, "w5", "d", rec, end, t0); err != nil {
 		t.Fatal(err)
 	}
-	if s.Status != events.StatusCancelled || s.End == nil || s.Cancel == nil || s.Digest != "d" || s.Owner != "w5" || s.Schema != stateSchema {
+	if s.Status != events.StatusCancelled || s.End == nil || s.Cancel == nil || s.Digest != "d" || s.Owner != "w5" || s.Schema != baseSchema {
 		t.Fatalf("%+v", s)
 	}
 	legacy := events.RunState{RunID: "r", Status: events.StatusQueued, Cancel: &events.CancelRecord{Reason: events.ReasonRequested, Note: "first"}}

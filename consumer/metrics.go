@@ -35,6 +35,8 @@ type metrics struct {
 	storeRefusals       *prometheus.CounterVec // writes JetStream refused, its store full, by what: event, state
 	runsStalled         *prometheus.CounterVec // runs ended for a stalled upstream, by code
 	deadlinesEnforced   prometheus.Counter
+	runsPaused          prometheus.Counter     // runs that stopped to wait for their caller's answers
+	inputAnswers        *prometheus.CounterVec // answers to waiting runs, by result
 	queueSeconds        prometheus.Histogram
 	firstTokenSeconds   prometheus.Histogram
 	runSeconds          *prometheus.HistogramVec // by outcome: completed, failed, cancelled
@@ -120,6 +122,12 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 		runsStalled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "runs_stalled_total", Help: "Runs ended because their upstream stalled, by code (upstream_stalled, upstream_queued, store_full).",
 		}, []string{"code"}),
+		runsPaused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "runs_paused_total", Help: "Times a run's response stopped on approval requests or function calls and the run waited for its caller.",
+		}),
+		inputAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "input_answers_total", Help: "Answers to waiting runs this worker answered, by result (accepted, already_answered, unknown_id, run_finished, invalid).",
+		}, []string{"result"}),
 		deadlinesEnforced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "deadlines_enforced_total", Help: "Runs owned by another worker whose passed deadline this worker enforced (cancelled upstream and recorded), their owner having let it pass.",
 		}),
@@ -178,7 +186,7 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 		reg.MustRegister(m.runsActive, m.runsStarted, m.runsFinished, m.runsCancelled, m.eventsPublished,
 			m.deltasCoalesced, m.publishSeconds, m.publishRetries, m.upstreamErrors, m.cancelRequests,
 			m.cancelReplySeconds, m.completedAfterCancl, m.deadLetters, m.handoffs, m.lostOwnership,
-			m.cancelsUnconfirmed, m.cancelsPending, m.storeRefusals, m.runsStalled, m.deadlinesEnforced, m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens)
+			m.cancelsUnconfirmed, m.cancelsPending, m.storeRefusals, m.runsStalled, m.deadlinesEnforced, m.runsPaused, m.inputAnswers, m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens)
 		if stuck != nil {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "foundryq", Name: "runs_stuck", Help: "Runs this worker owns that have stored no event for StuckAfter (--stuck-after); computed at each scrape.",

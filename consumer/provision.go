@@ -20,16 +20,16 @@ type ProvisionConfig = events.ProvisionConfig
 
 // Resources are the JetStream objects foundryq runs on.
 type Resources struct {
-	Runs, Events, Dead, Cancels jetstream.Stream
-	Consumer                    jetstream.Consumer
-	State                       jetstream.KeyValue
+	Runs, Events, Dead, Cancels, Inputs jetstream.Stream
+	Consumer                            jetstream.Consumer
+	State                               jetstream.KeyValue
 }
 
 // provisionAttempts bounds the retries of one create-or-update when
 // another process creates the same resource concurrently.
 const provisionAttempts = 8
 
-// Provision creates or updates the events, dead-letter and cancels streams,
+// Provision creates or updates the events, dead-letter, cancels and inputs streams,
 // the state bucket, then the runs stream and the durable worker consumer. It is idempotent and
 // safe to run from many workers at once at start. An existing resource
 // whose configuration cannot be changed in place (e.g. the runs stream's
@@ -51,6 +51,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg 
 		return Resources{}, err
 	}
 	if res.Cancels, err = upsertStream(ctx, js, events.CancelsStreamConfig(n, cfg)); err != nil {
+		return Resources{}, err
+	}
+	if res.Inputs, err = upsertStream(ctx, js, events.InputsStreamConfig(n, cfg)); err != nil {
 		return Resources{}, err
 	}
 	kcfg := events.StateBucketConfig(n, cfg)

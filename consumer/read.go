@@ -66,6 +66,7 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 		if s, out = r.create(ctx, req); s == nil {
 			return out
 		}
+		last = -1 // a new response (a later step's): its events from the first
 	}
 	var stall struct {
 		count int   // idle timeouts in a row with no upstream event between them
@@ -135,6 +136,14 @@ func (r *run) read(ctx context.Context, req events.RunRequest, pos position) out
 // failure leaves it (the response may exist).
 func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Stream, outcome) {
 	cr := createRequest(req, r.id)
+	if st := r.lastState(); len(st.Steps) > 0 {
+		// A later step: it continues the last response with the answers.
+		input, err := r.answerInputs(ctx, st.Asked)
+		if err != nil {
+			return nil, outcome{err: err, op: opState, noResponse: true, upstreamSeq: -1}
+		}
+		cr.Input, cr.PreviousResponseID = input, st.Steps[len(st.Steps)-1].ResponseID
+	}
 	tools, err := r.w.cfg.Secrets.ResolveTools(cr.Tools)
 	if err != nil {
 		return nil, outcome{err: err, invalid: true, noResponse: true, upstreamSeq: -1}
@@ -239,6 +248,9 @@ func (r *run) saveResponseID(id string, seq int64, foreground bool) (outcome, bo
 		return r.stateOutcome(err), false
 	}
 	started := events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}
+	if step := r.lastState().Step; step > 1 {
+		started = events.RunEvent{Type: events.TypeStepStarted, ResponseID: id, Step: step}
+	}
 	if foreground {
 		started.Background = new(bool)
 	}
@@ -253,7 +265,7 @@ func (r *run) saveResponseID(id string, seq int64, foreground bool) (outcome, bo
 // whether the run may go on.
 func (r *run) findResponse(pos position) bool {
 	id := ""
-	if pos.Seq > 0 {
+	if pos.Seq > 0 && r.lastState().Step <= 1 { // a later step's id is only ever in the record
 		var err error
 		if id, err = r.w.firstResponseID(r.hard, r.id); err != nil {
 			r.logger().Warn().Err(err).Msg("look for the response id on the run's subject; the job will be retried")

@@ -101,7 +101,7 @@ func (w *Worker) resourcesReady(ctx context.Context) error {
 }
 
 // checkResources reads the info of each stream (the bucket's included) and
-// of the worker consumer: six JetStream API calls, each one the worker role
+// of the worker consumer: seven JetStream API calls, each one the worker role
 // may make already.
 func (w *Worker) checkResources(ctx context.Context) error {
 	streams := []struct{ name, what string }{
@@ -109,6 +109,7 @@ func (w *Worker) checkResources(ctx context.Context) error {
 		{w.names.EventsStream(), "stream " + w.names.EventsStream()},
 		{w.names.DeadStream(), "stream " + w.names.DeadStream()},
 		{w.names.CancelsStream(), "stream " + w.names.CancelsStream()},
+		{w.names.InputsStream(), "stream " + w.names.InputsStream()},
 		{"KV_" + w.names.Bucket(), "bucket " + w.names.Bucket()},
 	}
 	for _, s := range streams {

@@ -80,8 +80,15 @@ func (r *run) execute() {
 		digest = req.Digest()
 	}
 
-	st, err := r.claim(digest, w.runTimeout(req))
+	r.req = req
+	st, err := r.claim(digest, w.runTimeout(req), r.stepAnswered())
 	switch {
+	case errors.Is(err, errStillWaiting):
+		r.logger().Info().Msg("the run waits for answers; its job is done until they are in")
+		r.repairPause(st, pos)
+		r.end(ending{job: ack})
+		r.w.wakeIfAnswered(r.hard, r.id)
+		return
 	case errors.Is(err, errFinished):
 		r.logger().Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
 		r.repairEnd(st, pos)
@@ -218,6 +225,8 @@ func (r *run) interrupt(readerDone <-chan outcome, upStop context.CancelFunc) {
 // endAfterRead ends a run whose reader stopped on its own.
 func (r *run) endAfterRead(out outcome) {
 	switch {
+	case out.terminal != nil && out.terminal.Type == events.TypeInputRequired:
+		r.pause(*out.terminal, out.upstreamSeq, r.req)
 	case out.terminal != nil:
 		r.end(endWith(*out.terminal, out.upstreamSeq, out.upstreamStatus))
 	case out.cancelledUpstream != nil:
@@ -324,6 +333,7 @@ func (r *run) storeEnd(e ending) (events.RunEvent, bool) {
 	ev.RunID = r.id
 	ev.Seq = r.rel.nextSeq()
 	ev.Time = time.Now().UTC()
+	ev.Usage = withSteps(r.lastState().Steps, ev.Usage)
 	record := e.record
 	if record == nil {
 		record = func(end events.RunEvent) error {

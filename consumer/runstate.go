@@ -43,6 +43,8 @@ type run struct {
 	upStop  context.CancelCauseFunc
 	queued  *time.Timer
 	stalled bool // the record says the stream went silent (stalled_at)
+	// req is the run's request once decoded (execute).
+	req events.RunRequest
 
 	// ctx ends when something asks the run to stop; its cause says what
 	// (ErrCancelRequested, ErrRunTimeout, ErrAbandoned, ErrShutdown,

@@ -73,23 +73,6 @@ func TestAgentRunsRefuseAgentFields(t *testing.T) {
 	}
 }
 
-// A response that stops at a function call did not do the work: the run
-// fails function_call_unsupported instead of reporting run.completed with
-// no text.
-func TestFunctionCallIsUnsupported(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	e.startWorker(consumer.Config{WorkerID: "fc"})
-	req := request("fc-1", map[string]string{"emu_tool_ms": "10"})
-	req.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","name":"lookup_order","parameters":{"type":"object"}}`)}
-	e.submit(req)
-	last := checkWellFormed(t, e.collect("fc-1", 10*time.Second))
-	if last.Type != events.TypeRunFailed || last.Error.Code != events.CodeFunctionCallUnsupported ||
-		!strings.Contains(last.Error.Message, "lookup_order") || last.Error.Retryable == nil || *last.Error.Retryable {
-		t.Fatalf("run ended %s %+v", last.Type, last.Error)
-	}
-}
-
 // A hosted agent ignores background: run.started says so, the run still
 // completes on its stream, a cancel closes the stream (Foundry cannot cancel
 // it), and a broken stream is not re-attached to for ever.

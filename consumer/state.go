@@ -11,9 +11,9 @@ import (
 
 // claim records this worker as the run's owner (claimRun). One attempt: a
 // claim that does not land leaves the job for a later delivery.
-func (r *run) claim(digest string, timeout time.Duration) (events.RunState, error) {
+func (r *run) claim(digest string, timeout time.Duration, answered bool) (events.RunState, error) {
 	st, err := r.w.states.Upsert(r.hard, r.id, func(s *events.RunState, exists bool) error {
-		return claimRun(s, exists, r.owner, digest, timeout, time.Now().UTC())
+		return claimStep(s, exists, r.owner, digest, timeout, answered, time.Now().UTC())
 	})
 	if err == nil {
 		r.setState(st)

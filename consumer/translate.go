@@ -1,9 +1,6 @@
 package consumer
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 )
@@ -64,23 +61,18 @@ func translate(ev *foundry.Event) step {
 	return step{}
 }
 
-// endOf decides how a run ends from its response's final snapshot:
-// cancelled (by someone else), or the terminal event. A response that
-// completed but stopped at an approval request or a function call did not
-// do the work, and the run fails with a code that says why.
+// endOf decides how a run's response ended from its final snapshot:
+// cancelled (by someone else), or the event that follows it. A response
+// that completed but stopped at approval requests or function calls did
+// not finish the run: it pauses (input.required) until its caller answers.
 func endOf(resp *foundry.Response) (ev events.RunEvent, cancelled bool) {
 	switch resp.Status {
 	case foundry.StatusCancelled:
 		return events.RunEvent{}, true
 	case foundry.StatusCompleted, foundry.StatusIncomplete:
-		if items := resp.ApprovalRequests(); len(items) > 0 {
-			return failedWith(resp.ID, events.CodeApprovalRequired, false,
-				"the response stopped at an approval request for "+toolNames(items)+
-					", which foundryq cannot answer: give MCP tools \"require_approval\": \"never\""), false
-		}
-		if items := resp.FunctionCalls(); len(items) > 0 {
-			return failedWith(resp.ID, events.CodeFunctionCallUnsupported, false,
-				"the response stopped at a call of function "+toolNames(items)+", which foundryq cannot serve"), false
+		if items := askedOf(resp); len(items) > 0 {
+			return events.RunEvent{Type: events.TypeInputRequired, ResponseID: resp.ID, Status: resp.Status,
+				Items: items, Usage: usageOf(resp.Usage)}, false
 		}
 		return events.RunEvent{Type: events.TypeRunCompleted, ResponseID: resp.ID, Status: resp.Status,
 			IncompleteReason: resp.IncompleteReason, Usage: usageOf(resp.Usage)}, false
@@ -91,22 +83,26 @@ func endOf(resp *foundry.Response) (ev events.RunEvent, cancelled bool) {
 	return failedWith(resp.ID, orDefault(resp.Error.Code, events.CodeUpstreamFailed), resp.Error.Retryable(), resp.Error.Message), false
 }
 
+// askedOf lists what a finished response asks its caller: its approval
+// requests and function calls, in output order.
+func askedOf(resp *foundry.Response) []events.InputItem {
+	var items []events.InputItem
+	for _, it := range resp.Output {
+		switch it.Type {
+		case foundry.ItemMCPApprovalRequest:
+			items = append(items, events.InputItem{Kind: events.InputApproval, ID: it.ID, Name: it.Name,
+				ServerLabel: it.ServerLabel, Arguments: it.Arguments})
+		case foundry.ItemFunctionCall:
+			items = append(items, events.InputItem{Kind: events.InputFunctionCall, ID: it.CallID, Name: it.Name,
+				Arguments: it.Arguments})
+		}
+	}
+	return items
+}
+
 func failedWith(responseID, code string, retryable bool, message string) events.RunEvent {
 	return events.RunEvent{Type: events.TypeRunFailed, ResponseID: responseID,
 		Error: &events.Error{Code: code, Message: truncateText(message), Retryable: &retryable}}
-}
-
-// toolNames names the tools of approval requests or function calls.
-func toolNames(items []foundry.OutputItem) string {
-	names := make([]string, 0, len(items))
-	for _, it := range items {
-		n := it.Name
-		if it.ServerLabel != "" {
-			n = fmt.Sprintf("%s on MCP server %s", it.Name, it.ServerLabel)
-		}
-		names = append(names, n)
-	}
-	return strings.Join(names, ", ")
 }
 
 func toolOf(it *foundry.OutputItem) *events.Tool {

@@ -2,7 +2,8 @@ package consumer
 
 import (
 	"errors"
-	"strings"
+	"reflect"
+
 	"testing"
 
 	"github.com/foundryq/foundryq/events"
@@ -94,8 +95,8 @@ func TestTranslate(t *testing.T) {
 
 func TestEndOf(t *testing.T) {
 	usage := &foundry.Usage{InputTokens: 3, OutputTokens: 5, TotalTokens: 8}
-	approval := foundry.OutputItem{Type: foundry.ItemMCPApprovalRequest, Name: "delete_account", ServerLabel: "crm"}
-	fcall := foundry.OutputItem{Type: foundry.ItemFunctionCall, Name: "lookup_order"}
+	approval := foundry.OutputItem{ID: "mcpr_1", Type: foundry.ItemMCPApprovalRequest, Name: "delete_account", ServerLabel: "crm", Arguments: `{"id":7}`}
+	fcall := foundry.OutputItem{ID: "fc_1", CallID: "call_1", Type: foundry.ItemFunctionCall, Name: "lookup_order", Arguments: `{"order":1}`}
 	tests := []struct {
 		name      string
 		resp      foundry.Response
@@ -107,8 +108,8 @@ func TestEndOf(t *testing.T) {
 		{"completed", foundry.Response{ID: "r", Status: foundry.StatusCompleted, Usage: usage}, false, events.TypeRunCompleted, "", false},
 		{"incomplete", foundry.Response{ID: "r", Status: foundry.StatusIncomplete, IncompleteReason: "max_output_tokens"}, false, events.TypeRunCompleted, "", false},
 		{"cancelled", foundry.Response{ID: "r", Status: foundry.StatusCancelled}, true, "", "", false},
-		{"approval request", foundry.Response{ID: "r", Status: foundry.StatusCompleted, Output: []foundry.OutputItem{approval}}, false, events.TypeRunFailed, events.CodeApprovalRequired, false},
-		{"function call", foundry.Response{ID: "r", Status: foundry.StatusCompleted, Output: []foundry.OutputItem{fcall}}, false, events.TypeRunFailed, events.CodeFunctionCallUnsupported, false},
+		{"approval request", foundry.Response{ID: "r", Status: foundry.StatusCompleted, Output: []foundry.OutputItem{approval}}, false, events.TypeInputRequired, "", false},
+		{"function call", foundry.Response{ID: "r", Status: foundry.StatusCompleted, Output: []foundry.OutputItem{fcall}}, false, events.TypeInputRequired, "", false},
 		{"transient failure", foundry.Response{ID: "r", Status: foundry.StatusFailed, Error: &foundry.ResponseError{Code: "rate_limit_exceeded", Message: "slow down"}}, false, events.TypeRunFailed, "rate_limit_exceeded", true},
 		{"permanent failure", foundry.Response{ID: "r", Status: foundry.StatusFailed, Error: &foundry.ResponseError{Code: "invalid_prompt"}}, false, events.TypeRunFailed, "invalid_prompt", false},
 		{"failure without error", foundry.Response{ID: "r", Status: foundry.StatusFailed}, false, events.TypeRunFailed, events.CodeUpstreamFailed, false},
@@ -127,8 +128,12 @@ func TestEndOf(t *testing.T) {
 			}
 		})
 	}
-	ev, _ := endOf(&foundry.Response{ID: "r", Status: foundry.StatusCompleted, Output: []foundry.OutputItem{approval}})
-	if want := "delete_account on MCP server crm"; !strings.Contains(ev.Error.Message, want) {
-		t.Fatalf("message %q does not name %q", ev.Error.Message, want)
+	ev, _ := endOf(&foundry.Response{ID: "r", Status: foundry.StatusCompleted, Output: []foundry.OutputItem{approval, fcall}})
+	want := []events.InputItem{
+		{Kind: events.InputApproval, ID: approval.ID, Name: "delete_account", ServerLabel: "crm", Arguments: approval.Arguments},
+		{Kind: events.InputFunctionCall, ID: fcall.CallID, Name: "lookup_order", Arguments: fcall.Arguments},
+	}
+	if !reflect.DeepEqual(ev.Items, want) || ev.ResponseID != "r" || ev.Status != foundry.StatusCompleted {
+		t.Fatalf("input.required %+v, want items %+v", ev, want)
 	}
 }

@@ -180,6 +180,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopCancels()
+	stopInputs, err := w.subscribeInputs(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopInputs()
 	stopDeadlines, err := w.watchDeadlines()
 	if err != nil {
 		return fmt.Errorf("consumer: follow the run state records: %w", err)

@@ -19,6 +19,9 @@ const (
 	TypeRunCompleted  EventType = "run.completed"  // response_id, status, incomplete_reason?, usage (terminal)
 	TypeRunFailed     EventType = "run.failed"     // error (terminal)
 	TypeRunCancelled  EventType = "run.cancelled"  // reason, upstream_status, usage or usage_unknown (terminal)
+	TypeInputRequired EventType = "input.required" // items: the run waits for their answers (input.go)
+	TypeInputReceived EventType = "input.received" // input: one answer, as the next step starts
+	TypeStepStarted   EventType = "step.started"   // response_id, step: a response after the first
 )
 
 // Terminal reports whether t ends a run (run.completed, run.failed, run.cancelled).
@@ -30,7 +33,8 @@ func (t EventType) Terminal() bool {
 func (t EventType) Known() bool {
 	switch t {
 	case TypeRunStarted, TypeTextDelta, TypeToolStarted, TypeToolCompleted, TypeToolFailed,
-		TypeRunCompleted, TypeRunFailed, TypeRunCancelled:
+		TypeRunCompleted, TypeRunFailed, TypeRunCancelled,
+		TypeInputRequired, TypeInputReceived, TypeStepStarted:
 		return true
 	}
 	return false
@@ -60,11 +64,14 @@ const (
 	CodeAttemptsExhausted = "attempts_exhausted" // every permitted attempt failed; the message says why the last did
 	CodeStateUnreadable   = "state_unreadable"   // the run's state record could not be decoded
 	CodeInternal          = "internal_error"     // the worker could not store the run's events
-	// CodeApprovalRequired: the response stopped at an MCP approval request,
-	// which foundryq cannot answer (tools need require_approval "never").
-	CodeApprovalRequired = "approval_required"
-	// CodeFunctionCallUnsupported: the response stopped at a function call,
-	// which foundryq cannot serve.
+	// CodeInputTimeout: the run waited for its caller's answers
+	// (input.required) longer than its input_timeout_seconds.
+	CodeInputTimeout = "input_timeout"
+	// CodeApprovalRequired and CodeFunctionCallUnsupported ended runs whose
+	// response stopped at an approval request or a function call, before
+	// runs could ask their caller (input.required). Workers since then no
+	// longer send them; they stay defined for clients that read older runs.
+	CodeApprovalRequired        = "approval_required"
 	CodeFunctionCallUnsupported = "function_call_unsupported"
 	CodeToolError               = "tool_error"       // tool.failed: the tool call failed without a code of its own
 	CodeDuplicateRunID          = "duplicate_run_id" // dead letter only: a different request under a used run id
@@ -155,6 +162,10 @@ type RunEvent struct {
 	Reason           string `json:"reason,omitempty"`            // run.cancelled: requested | timeout | abandoned
 	UpstreamStatus   string `json:"upstream_status,omitempty"`   // run.cancelled: Foundry's last word on the response (absent only if it never reached Foundry)
 	UsageUnknown     bool   `json:"usage_unknown,omitempty"`     // run.cancelled without usage
+
+	Items []InputItem    `json:"items,omitempty"` // input.required
+	Input *ReceivedInput `json:"input,omitempty"` // input.received
+	Step  int            `json:"step,omitempty"`  // step.started: 2, 3, ...
 }
 
 // Header names on event messages (besides jetstream.MsgIDHeader, which

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ func TestEventTypes(t *testing.T) {
 		events.TypeRunStarted: false, events.TypeTextDelta: false, events.TypeToolStarted: false,
 		events.TypeToolCompleted: false, events.TypeToolFailed: false,
 		events.TypeRunCompleted: true, events.TypeRunFailed: true, events.TypeRunCancelled: true,
+		events.TypeInputRequired: false, events.TypeInputReceived: false, events.TypeStepStarted: false,
 	}
 	for typ, want := range terminal {
 		if typ.Terminal() != want || !typ.Known() {
@@ -29,7 +31,7 @@ func TestDecodeRunEvent(t *testing.T) {
 	t.Parallel()
 	ev := events.RunEvent{RunID: "r1", Seq: 7, Type: events.TypeTextDelta, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Text: "hi"}
 	back, err := events.DecodeRunEvent([]byte(`{"run_id":"r1","seq":7,"type":"text.delta","time":"2026-01-02T03:04:05Z","text":"hi"}`))
-	if err != nil || back != ev {
+	if err != nil || !reflect.DeepEqual(back, ev) {
 		t.Fatalf("decode: %+v %v", back, err)
 	}
 	for _, bad := range []string{`{`, `{"run_id":"r1","type":"text.delta"}`, `[]`} {

@@ -19,6 +19,10 @@ const (
 	kindCancels = "cancels"
 	// kindLive carries the events stream's copies of stored events.
 	kindLive = "live"
+	// Runs that ask: answers are requests on <prefix>.input.<run_id>,
+	// stored by workers on <prefix>.inputs.<run_id>.<item_id>.
+	kindInput  = "input"
+	kindInputs = "inputs"
 )
 
 // Names derives every subject and JetStream name from a prefix. The zero
@@ -95,6 +99,32 @@ func (n Names) LiveWildcard() string { return n.subject(kindLive, "*") }
 // CancelRecordsWildcard matches every run's durable cancel record subject.
 func (n Names) CancelRecordsWildcard() string { return n.subject(kindCancels, "*") }
 
+// InputSubject is where a caller answers what run runID waits for (a
+// request: workers reply with an InputReply).
+func (n Names) InputSubject(runID string) string { return n.subject(kindInput, runID) }
+
+// InputWildcard matches every run's input subject.
+func (n Names) InputWildcard() string { return n.subject(kindInput, "*") }
+
+// InputRecordSubject is where the answer to item id of run runID is stored
+// (one per item: the first answer stays).
+func (n Names) InputRecordSubject(runID, id string) string {
+	return n.subject(kindInputs, runID) + "." + id
+}
+
+// ParkedRequestSubject is where a paused run's request is kept for its
+// next step (its job is acked while it waits). "_request" cannot be an
+// item id (ValidInputID).
+func (n Names) ParkedRequestSubject(runID string) string {
+	return n.subject(kindInputs, runID) + "._request"
+}
+
+// InputRecordsWildcard matches every stored answer and parked request.
+func (n Names) InputRecordsWildcard() string { return n.prefix() + "." + kindInputs + ".>" }
+
+// InputsStream stores answers and parked requests.
+func (n Names) InputsStream() string { return n.upper() + "_INPUTS" }
+
 func (n Names) upper() string { return strings.ToUpper(strings.ReplaceAll(n.prefix(), ".", "_")) }
 func (n Names) lower() string { return strings.ReplaceAll(n.prefix(), ".", "_") }
 
@@ -121,7 +151,7 @@ func (n Names) Consumer() string { return n.lower() + "-workers" }
 func (n Names) WorkerQueueGroup() string { return n.Consumer() }
 
 // RunIDFromSubject returns the run id of any per-run subject (runs, events,
-// cancel, watch, dead, cancels, live) under this prefix, and false if subject is not one or
+// cancel, watch, dead, cancels, live, input) under this prefix, and false if subject is not one or
 // the id is not a valid run id.
 func (n Names) RunIDFromSubject(subject string) (string, bool) {
 	p := n.prefix() + "."
@@ -134,7 +164,7 @@ func (n Names) RunIDFromSubject(subject string) (string, bool) {
 		return "", false
 	}
 	switch kind {
-	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels, kindLive:
+	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels, kindLive, kindInput:
 	default:
 		return "", false
 	}

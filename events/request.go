@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -64,6 +66,10 @@ type RunRequest struct {
 	// CancelOnDisconnectSeconds, if > 0, cancels the run server-side (reason
 	// "abandoned") when no watcher heartbeat arrived for that long (at most 86400).
 	CancelOnDisconnectSeconds int `json:"cancel_on_disconnect_seconds,omitempty"`
+	// InputTimeoutSeconds, if > 0, bounds each pause of a run that asks
+	// (input.required): unanswered for that long, the run ends run.failed
+	// input_timeout (at most 86400; 0: no bound but the run's own deadline).
+	InputTimeoutSeconds int `json:"input_timeout_seconds,omitempty"`
 	// Options are raw Responses fields merged into the request body
 	// (e.g. temperature, reasoning); keys in ReservedOptions are refused.
 	Options map[string]json.RawMessage `json:"options,omitempty"`
@@ -119,6 +125,7 @@ var requestFieldSentinels = map[string]error{
 	"max_output_tokens":            ErrBadMaxOutputTokens,
 	"timeout_seconds":              ErrBadTimeout,
 	"cancel_on_disconnect_seconds": ErrBadCancelOnDisconnect,
+	"input_timeout_seconds":        ErrBadTimeout,
 	"options":                      ErrBadOptions,
 }
 
@@ -126,7 +133,7 @@ var (
 	requestFields = map[string]bool{
 		"run_id": true, "model": true, "agent": true, "input": true, "instructions": true, "tools": true,
 		"metadata": true, "max_output_tokens": true, "timeout_seconds": true, "cancel_on_disconnect_seconds": true,
-		"options": true,
+		"input_timeout_seconds": true, "options": true,
 	}
 	agentFields = map[string]bool{"name": true, "version": true}
 )
@@ -322,6 +329,9 @@ func (r RunRequest) Validate() error {
 	if r.CancelOnDisconnectSeconds < 0 || r.CancelOnDisconnectSeconds > MaxTimeoutSeconds {
 		return invalid("cancel_on_disconnect_seconds", ErrBadCancelOnDisconnect, "%d must be between 0 (off) and %d", r.CancelOnDisconnectSeconds, MaxTimeoutSeconds)
 	}
+	if r.InputTimeoutSeconds < 0 || r.InputTimeoutSeconds > MaxTimeoutSeconds {
+		return invalid("input_timeout_seconds", ErrBadTimeout, "%d must be between 0 (none) and %d", r.InputTimeoutSeconds, MaxTimeoutSeconds)
+	}
 	return validateOptions(r.Options)
 }
 
@@ -409,30 +419,47 @@ func (r RunRequest) validateAgentFields() error {
 	return nil
 }
 
-// mcpApprovalReason explains ErrMCPApproval.
-const mcpApprovalReason = `set "require_approval":"never": without it Foundry asks for approval before each MCP call ` +
-	`(the default is "always"), the response ends with an mcp_approval_request instead of the call, ` +
-	`and foundryq cannot answer an approval request`
-
-// validateMCPApproval accepts an MCP tool only when require_approval is the
-// string "never".
+// validateMCPApproval accepts every documented form of an MCP tool's
+// require_approval: absent or null (Foundry's default, "always"),
+// "always", "never", or a filter object {"always"?: F, "never"?: F} where F
+// is {"tool_names"?: [names], "read_only"?: bool} (OpenAI API reference,
+// MCP tool; Microsoft Learn, "Azure OpenAI Responses API", MCP approvals).
+// A call that needs approval pauses the run until its caller answers.
 func validateMCPApproval(field string, raw json.RawMessage) error {
 	field += ".require_approval"
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return invalid(field, ErrMCPApproval, "required: %s", mcpApprovalReason)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
 	}
 	var s string
 	if raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
-		if s == "never" {
+		if s == "always" || s == "never" {
 			return nil
 		}
-		return invalid(field, ErrMCPApproval, "%q is not supported: only \"never\" is: %s", truncate(s), mcpApprovalReason)
+		return invalid(field, ErrMCPApproval, "%q is not one of \"always\" or \"never\" (or a filter object)", truncate(s))
 	}
-	if raw[0] == '{' {
-		return invalid(field, ErrMCPApproval, "approval filters (an object) are not supported, only the string \"never\": %s", mcpApprovalReason)
+	if raw[0] != '{' {
+		return invalid(field, ErrMCPApproval, "%s is not \"always\", \"never\" or a filter object", jsonKind(raw))
 	}
-	return invalid(field, ErrMCPApproval, "%s is not supported, only the string \"never\": %s", jsonKind(raw), mcpApprovalReason)
+	var filter map[string]json.RawMessage
+	if json.Unmarshal(raw, &filter) != nil {
+		return invalid(field, ErrMCPApproval, "not a valid filter object")
+	}
+	for _, k := range slices.Sorted(maps.Keys(filter)) {
+		if k != "always" && k != "never" {
+			return invalid(field+"."+truncate(k), ErrMCPApproval, "unknown key: a filter has \"always\" and \"never\"")
+		}
+		var f struct {
+			ToolNames []string `json:"tool_names"`
+			ReadOnly  *bool    `json:"read_only"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(filter[k]))
+		dec.DisallowUnknownFields()
+		if !isObject(filter[k]) || dec.Decode(&f) != nil {
+			return invalid(field+"."+k, ErrMCPApproval, "want {\"tool_names\": [names], \"read_only\": bool}")
+		}
+	}
+	return nil
 }
 
 func validateTool(i int, t json.RawMessage) error {

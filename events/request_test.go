@@ -103,15 +103,20 @@ func TestDecodeRunRequest(t *testing.T) {
 		{"agent with options.top_p", `{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"top_p":0.5}}`, events.ErrAgentConflict, "options.top_p"},
 		{"model with options.text and reasoning", `{"run_id":"r1","model":"m","input":"x","instructions":"i","options":{"text":{"format":{"type":"text"}},"reasoning":{"effort":"low"}}}`, nil, ""},
 
-		// MCP calls need approval unless require_approval is "never": the run would
-		// stop at an mcp_approval_request that foundryq cannot answer.
+		// Every documented form of require_approval is accepted: a call that
+		// needs approval pauses the run until its caller answers.
 		{"mcp never", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"function","name":"f"},{"type":"mcp","server_label":"x","server_url":"https://x","require_approval":"never"}]}`, nil, ""},
-		{"mcp without require_approval", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","server_url":"https://x"}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
-		{"mcp always", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"always"}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
+		{"mcp without require_approval", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","server_url":"https://x"}]}`, nil, ""},
+		{"mcp always", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"always"}]}`, nil, ""},
+		{"mcp approval filter", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":{"never":{"tool_names":["a"]},"always":{"read_only":false}}}]}`, nil, ""},
+		{"mcp approval null", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":null}]}`, nil, ""},
 		{"mcp Never", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"Never"}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
-		{"mcp approval filter", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":{"never":{"tool_names":["a"]}}}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
-		{"mcp approval null", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":null}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
-		{"second mcp tool", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"never"},{"type":"mcp","server_label":"y"}]}`, events.ErrMCPApproval, "tools[1].require_approval"},
+		{"mcp approval number", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":1}]}`, events.ErrMCPApproval, "tools[0].require_approval"},
+		{"mcp approval filter key", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":{"sometimes":{}}}]}`, events.ErrMCPApproval, "tools[0].require_approval.sometimes"},
+		{"mcp approval filter field", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":{"never":{"names":["a"]}}}]}`, events.ErrMCPApproval, "tools[0].require_approval.never"},
+		{"second mcp tool", `{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x","require_approval":"never"},{"type":"mcp","server_label":"y","require_approval":"often"}]}`, events.ErrMCPApproval, "tools[1].require_approval"},
+		{"input timeout", `{"run_id":"r1","model":"m","input":"x","input_timeout_seconds":600}`, nil, ""},
+		{"negative input timeout", `{"run_id":"r1","model":"m","input":"x","input_timeout_seconds":-1}`, events.ErrBadTimeout, "input_timeout_seconds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,11 +244,10 @@ func FuzzDecodeRunRequest(f *testing.F) {
 func TestRuleMessagesSayWhy(t *testing.T) {
 	t.Parallel()
 	for body, want := range map[string][]string{
-		`{"run_id":"r1","agent":{"name":"a"},"input":"x","tools":[{"type":"function","name":"f"}]}`:         {"agent", "Not allowed when agent is specified"},
-		`{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"reasoning":{}}}`:                       {"agent", "Not allowed when agent is specified"},
-		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","server_label":"x"}]}`:               {`"never"`, "approval"},
-		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","require_approval":"always"}]}`:      {`"always"`, `"never"`, "approval request"},
-		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","require_approval":{"always":{}}}]}`: {"object", `"never"`},
+		`{"run_id":"r1","agent":{"name":"a"},"input":"x","tools":[{"type":"function","name":"f"}]}`:       {"agent", "Not allowed when agent is specified"},
+		`{"run_id":"r1","agent":{"name":"a"},"input":"x","options":{"reasoning":{}}}`:                     {"agent", "Not allowed when agent is specified"},
+		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","require_approval":"sometimes"}]}`: {`"always"`, `"never"`, "filter"},
+		`{"run_id":"r1","model":"m","input":"x","tools":[{"type":"mcp","require_approval":{"x":{}}}]}`:    {`"always"`, `"never"`},
 	} {
 		_, err := events.DecodeRunRequest([]byte(body))
 		if err == nil {

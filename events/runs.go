@@ -39,7 +39,7 @@ func (f RunFilter) Validate() error {
 }
 
 // runStatuses are the statuses of the v1 contract, in lifecycle order.
-var runStatuses = []RunStatus{StatusQueued, StatusRunning, StatusCancelling, StatusCompleted, StatusFailed, StatusCancelled}
+var runStatuses = []RunStatus{StatusQueued, StatusRunning, StatusWaiting, StatusCancelling, StatusCompleted, StatusFailed, StatusCancelled}
 
 // RunStatuses returns every run status of the v1 contract, in lifecycle
 // order: the statuses a RunFilter accepts.

@@ -69,7 +69,7 @@ func TestRuns(t *testing.T) {
 			t.Errorf("status %s: %v", s, err)
 		}
 	}
-	if got, want := events.StatusList(), "queued, running, cancelling, completed, failed or cancelled"; got != want {
+	if got, want := events.StatusList(), "queued, running, waiting, cancelling, completed, failed or cancelled"; got != want {
 		t.Errorf("StatusList() = %q, want %q", got, want)
 	}
 	for _, err := range e.client.Runs(ctx, events.RunFilter{Limit: -1}) {

@@ -22,9 +22,13 @@ const (
 	// Foundry confirms it, the response ends, or the cancel bound passes);
 	// the terminal event follows.
 	StatusCancelling RunStatus = "cancelling"
-	StatusCompleted  RunStatus = "completed"
-	StatusFailed     RunStatus = "failed"
-	StatusCancelled  RunStatus = "cancelled"
+	// StatusWaiting: the run's last response stopped on approval requests
+	// or function calls (Waiting); no worker holds it until every item is
+	// answered (or it is cancelled, or its input deadline passes).
+	StatusWaiting   RunStatus = "waiting"
+	StatusCompleted RunStatus = "completed"
+	StatusFailed    RunStatus = "failed"
+	StatusCancelled RunStatus = "cancelled"
 )
 
 // Finished reports whether s is a final status.
@@ -91,6 +95,19 @@ type RunState struct {
 	// worker's idle timeout (the owner re-reads the response and re-attaches
 	// once before it ends the run upstream_stalled).
 	StalledAt *time.Time `json:"stalled_at,omitempty"`
+
+	// Step is the run's current step (its response number, 1 for the
+	// first; absent in records of runs that never paused). Steps are the
+	// responses of the steps before it, in order.
+	Step  int    `json:"step,omitempty"`
+	Steps []Step `json:"steps,omitempty"`
+	// Asked are the items of the run's last pause: with status waiting,
+	// what it waits for; during the next step, what that step answers.
+	// WaitingSince is when it paused, InputDeadline when it ends
+	// input_timeout unless every item is answered.
+	Asked         []InputItem `json:"asked,omitempty"`
+	WaitingSince  *time.Time  `json:"waiting_since,omitempty"`
+	InputDeadline *time.Time  `json:"input_deadline,omitempty"`
 }
 
 // Finished reports whether the run has ended.

@@ -56,6 +56,12 @@ type ProvisionConfig struct {
 	// a client leaves behind is removed after this long without a pull.
 	// Default 5m, the threshold of nats.go's ordered consumers.
 	EventsConsumerInactive time.Duration
+	// InputsMaxBytes bounds the stream of answers to runs that ask (and of
+	// the requests of waiting runs): at the limit new answers are refused
+	// (the caller gets an error reply and may try again); nothing stored
+	// is lost. JetStream reserves it from the account's storage. Default
+	// -1: no bound but the account's.
+	InputsMaxBytes int64
 }
 
 // ProvisionConfig defaults.
@@ -93,6 +99,9 @@ func (c ProvisionConfig) WithDefaults() ProvisionConfig {
 	}
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait
+	}
+	if c.InputsMaxBytes == 0 {
+		c.InputsMaxBytes = -1
 	}
 	if c.MaxDeliver == 0 {
 		c.MaxDeliver = DefaultMaxDeliver
@@ -233,6 +242,29 @@ func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 		MaxMsgsPerSubject:    1,
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
+		MaxAge:               cfg.StateTTL,
+		Duplicates:           min(DefaultEventsDuplicates, cfg.StateTTL),
+		AllowDirect:          true,
+	}
+}
+
+// InputsStreamConfig: see RunsStreamConfig. Answers of runs that ask, one
+// per item (the first stays: DiscardNewPerSubject), and the requests of
+// runs that wait for them, kept as long as run states. Only workers write
+// it.
+func InputsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+	cfg = cfg.WithDefaults()
+	return jetstream.StreamConfig{
+		Name:                 n.InputsStream(),
+		Description:          "foundryq answers to runs that ask, one per item, and the requests of waiting runs",
+		Subjects:             []string{n.InputRecordsWildcard()},
+		Retention:            jetstream.LimitsPolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             cfg.Replicas,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxBytes:             cfg.InputsMaxBytes,
 		MaxAge:               cfg.StateTTL,
 		Duplicates:           min(DefaultEventsDuplicates, cfg.StateTTL),
 		AllowDirect:          true,

@@ -31,6 +31,10 @@ type CreateRequest struct {
 	Tools           []json.RawMessage // Responses tools, passed through (e.g. type "mcp")
 	Metadata        map[string]string
 	MaxOutputTokens int // 0: not sent
+	// PreviousResponseID continues that response (its output is the
+	// context, and Input answers what it asked); it overrides an
+	// Options["previous_response_id"].
+	PreviousResponseID string
 	// Options are raw Responses fields merged into the body (temperature,
 	// reasoning, ...). They may not set a field Create owns (owned.RequestFields).
 	Options map[string]json.RawMessage
@@ -129,6 +133,11 @@ func (c *Client) createBody(req CreateRequest) ([]byte, error) {
 		}
 	}
 	body["input"] = input
+	if req.PreviousResponseID != "" {
+		if err := set("previous_response_id", req.PreviousResponseID); err != nil {
+			return nil, err
+		}
+	}
 	if req.Instructions != "" {
 		if err := set("instructions", req.Instructions); err != nil {
 			return nil, err

@@ -121,10 +121,15 @@ func TestEmulatorRequestShape(t *testing.T) {
 		// is set to.
 		srv, c := setup(t, foundrytest.Config{DefaultTokens: 2, AcceptDeprecatedAgentField: field == "agent"},
 			func(cfg *foundry.Config) { cfg.AgentField = field })
+		prev, err := c.Create(ctxT(t), req("run-prev-"+field, nil)) // a response to continue
+		if err != nil {
+			t.Fatal(err)
+		}
+		read(t, prev)
 		r := req("run-agent-"+field, nil)
 		r.Model = ""
 		r.Agent = &foundry.AgentRef{Name: "helper", Version: "2"}
-		r.Options = map[string]json.RawMessage{"previous_response_id": json.RawMessage(`"resp_prev"`)}
+		r.Options = map[string]json.RawMessage{"previous_response_id": json.RawMessage(`"` + prev.ResponseID() + `"`)}
 		s, err := c.Create(ctxT(t), r)
 		if err != nil {
 			t.Fatal(err)
@@ -147,7 +152,7 @@ func TestEmulatorRequestShape(t *testing.T) {
 		if ref["type"] != "agent_reference" || ref["name"] != "helper" || ref["version"] != "2" || got["model"] != nil {
 			t.Errorf("%s: agent reference = %v (body %s)", name, got[name], bodies[0])
 		}
-		if got["background"] != true || got["stream"] != true || got["store"] != true || got["previous_response_id"] != "resp_prev" {
+		if got["background"] != true || got["stream"] != true || got["store"] != true || got["previous_response_id"] != prev.ResponseID() {
 			t.Errorf("%s: body = %s", name, bodies[0])
 		}
 	}

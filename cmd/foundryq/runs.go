@@ -285,7 +285,8 @@ func eventsText(s events.RunSummary) string {
 	}
 	// In lifecycle order, then any type this version does not know.
 	order := []events.EventType{events.TypeRunStarted, events.TypeTextDelta, events.TypeToolStarted, events.TypeToolCompleted,
-		events.TypeToolFailed, events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled}
+		events.TypeToolFailed, events.TypeInputRequired, events.TypeInputReceived, events.TypeStepStarted,
+		events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled}
 	for _, t := range slices.Sorted(maps.Keys(s.Counts)) {
 		if !t.Known() {
 			order = append(order, t)

@@ -1,0 +1,367 @@
+package consumer
+
+// Runs that ask. A response that stops on approval requests or function
+// calls pauses its run (pause): the pause is recorded (status waiting, the
+// step kept in the record), input.required is published, the run's request
+// is kept on the inputs stream, and the job is acked: a waiting run holds
+// no goroutine, connection or timer. Answers arrive as requests on
+// <prefix>.input.<run_id> (onInput, any worker): each is stored once on the
+// inputs stream (the first answer to an item stays), and once every item of
+// the pause has one, the kept request is published again as the run's job
+// (wake). The worker that takes it starts the next step (claimStep): a new
+// response with previous_response_id and the answers. A cancel or a passed
+// deadline ends a waiting run from the worker that sees it (answer.go,
+// deadlines.go), with no upstream call: its last response has ended.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// HeaderStep, on a job, names the step it continues (wake): the worker
+// then looks for the pause's answers before it claims the run.
+const headerStep = "Foundryq-Step"
+
+// pause makes a run whose response stopped on items its caller must answer
+// wait for them, as described above. ev is the input.required event.
+func (r *run) pause(ev events.RunEvent, upstreamSeq int64, req events.RunRequest) {
+	if err := r.w.keepRequest(r.hard, r.id, r.msg); err != nil {
+		r.endRetryLater("keep the request of a run that waits for answers", err)
+		return
+	}
+	step := events.Step{ResponseID: ev.ResponseID, Status: ev.Status, Usage: ev.Usage}
+	inputTimeout := time.Duration(req.InputTimeoutSeconds) * time.Second
+	if _, err := r.persist("record the pause", func(s *events.RunState, _ bool) error {
+		return pauseRun(s, r.owner, step, ev.Items, inputTimeout, time.Now().UTC())
+	}); err != nil {
+		if errors.Is(err, errCancelPending) {
+			// Cancelled as the step ended: the cancel ends the run.
+			r.endCancelled(r.mustCancelReason(), stopped{how: reachNone})
+			return
+		}
+		r.logger().Warn().Err(err).Msg("record the pause; the job will be delivered again")
+		r.end(ending{job: leave})
+		return
+	}
+	r.rel.add(ev, upstreamSeq)
+	if err := r.rel.flush(r.hard); err != nil {
+		// The record says waiting: the next delivery of the job finds it
+		// so and publishes input.required again (repairPause).
+		r.logger().Warn().Err(err).Msg("publish input.required; the job will be delivered again")
+		return
+	}
+	r.logger().Info().Int("items", len(ev.Items)).Msg("run waits for its caller's answers")
+	r.w.m.runsPaused.Inc()
+	r.end(ending{job: ack})
+	// An answer stored before the ack could not wake the run (its job was
+	// still there): look once more now that it is gone.
+	r.w.wakeIfAnswered(r.hard, r.id)
+}
+
+// mustCancelReason is the reason of the cancel on record, "requested" if
+// it cannot be told.
+func (r *run) mustCancelReason() string {
+	if reason, ok := r.cancelReason(); ok {
+		return reason
+	}
+	return events.ReasonRequested
+}
+
+// keepRequest stores the run's request on the inputs stream for the steps
+// that follow (once: the first copy stays).
+func (w *Worker) keepRequest(ctx context.Context, runID string, job jetstream.Msg) error {
+	m := nats.NewMsg(w.names.ParkedRequestSubject(runID))
+	m.Data = job.Data()
+	for k, v := range job.Headers() {
+		if !strings.HasPrefix(k, "Nats-") {
+			m.Header[k] = v
+		}
+	}
+	_, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.InputsStream()))
+	if err != nil && !perSubjectFull(err) {
+		return err
+	}
+	return nil
+}
+
+// perSubjectFull reports a publish refused because the subject holds its
+// one message already (DiscardNewPerSubject): the first one stays.
+func perSubjectFull(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "maximum messages per subject exceeded")
+}
+
+// answered reports whether every item of a waiting run's pause has a
+// stored answer.
+func (w *Worker) answered(ctx context.Context, runID string, items []events.InputItem) (bool, error) {
+	for _, it := range items {
+		if _, err := w.res.Inputs.GetLastMsgForSubject(ctx, w.names.InputRecordSubject(runID, it.ID)); err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return false, nil
+			}
+			return false, err
+		}
+	}
+	return len(items) > 0, nil
+}
+
+// wakeIfAnswered publishes a waiting run's kept request as its job again if
+// every item of its pause is answered. A job already there (or one
+// published for the same step within the dedupe window) is not repeated.
+func (w *Worker) wakeIfAnswered(ctx context.Context, runID string) {
+	st, exists, err := w.readState(ctx, runID)
+	if err != nil || !exists || st.Status != events.StatusWaiting {
+		return
+	}
+	if ok, err := w.answered(ctx, runID, st.Asked); err != nil || !ok {
+		return
+	}
+	kept, err := w.res.Inputs.GetLastMsgForSubject(ctx, w.names.ParkedRequestSubject(runID))
+	if err != nil {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("read the kept request of a waiting run; it wakes on the next answer or deadline")
+		return
+	}
+	m := nats.NewMsg(w.names.RunSubject(runID))
+	m.Data = kept.Data
+	for k, v := range kept.Header {
+		m.Header[k] = v
+	}
+	next := strconv.Itoa(st.Step + 1)
+	m.Header.Set(headerStep, next)
+	m.Header.Set(jetstream.MsgIDHeader, runID+".step."+next)
+	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.RunsStream())); err != nil && !perSubjectFull(err) {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("wake a run whose answers are in; the next answer or a repeat wakes it")
+		return
+	}
+	w.log.Info().Str("run_id", runID).Str("step", next).Msg("every answer is in; the run's next step is queued")
+}
+
+// stepAnswered reports, for a job that continues a run (headerStep), that
+// every item of its pause has an answer; false for any other job.
+func (r *run) stepAnswered() bool {
+	if r.msg.Headers().Get(headerStep) == "" {
+		return false
+	}
+	st, exists, err := r.w.readState(r.hard, r.id)
+	if err != nil || !exists || st.Status != events.StatusWaiting {
+		return false
+	}
+	ok, err := r.w.answered(r.hard, r.id, st.Asked)
+	return err == nil && ok
+}
+
+// answerInputs builds the input items of the next step from the stored
+// answers of the pause (items), and publishes input.received for each.
+func (r *run) answerInputs(ctx context.Context, items []events.InputItem) (json.RawMessage, error) {
+	var input []map[string]any
+	for _, it := range items {
+		m, err := r.w.res.Inputs.GetLastMsgForSubject(ctx, r.w.names.InputRecordSubject(r.id, it.ID))
+		if err != nil {
+			return nil, fmt.Errorf("read the answer to %s: %w", it.ID, err)
+		}
+		a, err := events.DecodeInputAnswer(m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("decode the answer to %s: %w", it.ID, err)
+		}
+		rec := &events.ReceivedInput{ID: it.ID, Kind: it.Kind}
+		if a.Approve != nil {
+			item := map[string]any{"type": "mcp_approval_response", "approval_request_id": it.ID, "approve": *a.Approve}
+			if a.Reason != "" {
+				item["reason"] = a.Reason
+			}
+			input = append(input, item)
+			rec.Approve = a.Approve
+		} else {
+			input = append(input, map[string]any{"type": "function_call_output", "call_id": it.ID, "output": *a.Output})
+			rec.OutputBytes = len(*a.Output)
+		}
+		r.rel.add(events.RunEvent{Type: events.TypeInputReceived, Input: rec}, -1)
+	}
+	return json.Marshal(input)
+}
+
+// subscribeInputs answers input requests (queue group) until stop.
+func (w *Worker) subscribeInputs(ctx context.Context) (func(), error) {
+	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	slots := make(chan struct{}, maxCancelsInFlight)
+	sub, err := w.nc.QueueSubscribe(w.names.InputWildcard(), w.names.WorkerQueueGroup(), func(m *nats.Msg) {
+		slots <- struct{}{}
+		w.cancelWG.Add(1)
+		go func() {
+			defer w.cancelWG.Done()
+			defer func() { <-slots }()
+			w.onInput(cctx, m)
+		}()
+	})
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("consumer: subscribe to %s: %w", w.names.InputWildcard(), err)
+	}
+	return func() { _ = sub.Unsubscribe(); stop() }, nil
+}
+
+// onInput answers one answer request. A failure to read or write JetStream
+// gets no reply: the client asks again, perhaps another worker.
+func (w *Worker) onInput(ctx context.Context, m *nats.Msg) {
+	runID, ok := w.names.RunIDFromSubject(m.Subject)
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
+	defer cancel()
+	var reply events.InputReply
+	if !ok {
+		reply = events.InputReply{Result: events.InputInvalid, Error: "subject " + m.Subject + " does not name a valid run id"}
+	} else if a, err := events.DecodeInputAnswer(m.Data); err != nil {
+		reply = events.InputReply{Result: events.InputInvalid, Error: err.Error()}
+	} else if reply, err = w.answer(ctx, runID, a, m.Data); err != nil {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("answer to a waiting run not recorded; the caller will ask again")
+		return
+	}
+	w.log.Info().Str("run_id", runID).Str("result", reply.Result).Str("error", reply.Error).Msg("input answered")
+	w.m.inputAnswers.WithLabelValues(reply.Result).Inc()
+	data, _ := json.Marshal(reply)
+	if m.Reply != "" {
+		_ = m.Respond(data)
+	}
+}
+
+// answer records answer a (raw: its body) for run runID.
+func (w *Worker) answer(ctx context.Context, runID string, a events.InputAnswer, raw []byte) (events.InputReply, error) {
+	st, exists, err := w.readState(ctx, runID)
+	if err != nil {
+		return events.InputReply{}, err
+	}
+	switch {
+	case !exists:
+		return events.InputReply{Result: events.InputUnknownID, Error: "no such run"}, nil
+	case st.Finished():
+		return events.InputReply{Result: events.InputRunFinished}, nil
+	}
+	var item *events.InputItem
+	for i := range st.Asked {
+		if st.Asked[i].ID == a.ID {
+			item = &st.Asked[i]
+		}
+	}
+	if item == nil {
+		return events.InputReply{Result: events.InputUnknownID}, nil
+	}
+	if item.Kind != a.Kind() {
+		want := "approve"
+		if item.Kind == events.InputFunctionCall {
+			want = "output"
+		}
+		return events.InputReply{Result: events.InputInvalid, Error: fmt.Sprintf("%s is a %s: answer it with %s", a.ID, item.Kind, want)}, nil
+	}
+	if st.Status != events.StatusWaiting {
+		// The step that answers it has started: the answer is in.
+		return events.InputReply{Result: events.InputAlreadyAnswered}, nil
+	}
+	msg := nats.NewMsg(w.names.InputRecordSubject(runID, a.ID))
+	msg.Data = raw
+	_, err = w.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(w.names.InputsStream()))
+	result := events.InputAccepted
+	switch {
+	case perSubjectFull(err):
+		result = events.InputAlreadyAnswered
+	case err != nil:
+		return events.InputReply{}, err
+	}
+	w.wakeIfAnswered(ctx, runID)
+	return events.InputReply{Result: result}, nil
+}
+
+// repairPause publishes input.required again for a waiting run whose last
+// stored event is not it (the owner that paused it stopped between the
+// record and the event).
+func (r *run) repairPause(st events.RunState, pos position) {
+	if pos.Type == events.TypeInputRequired || len(st.Asked) == 0 || len(st.Steps) == 0 {
+		return
+	}
+	last := st.Steps[len(st.Steps)-1]
+	ev := events.RunEvent{RunID: r.id, Seq: pos.Seq + 1, Type: events.TypeInputRequired, Time: time.Now().UTC(),
+		ResponseID: last.ResponseID, Status: last.Status, Items: st.Asked, Usage: last.Usage}
+	if err := r.w.publishEnd(r.hard, r.id, pos, ev, *r.logger()); err != nil {
+		r.logger().Warn().Err(err).Msg("publish input.required of a waiting run again")
+	}
+}
+
+// withSteps adds the usage of a run's earlier steps to that of its last
+// response: a run's usage is that of every response it made. nil stays nil
+// (usage unknown).
+func withSteps(steps []events.Step, u *events.Usage) *events.Usage {
+	if u == nil || len(steps) == 0 {
+		return u
+	}
+	sum := *u
+	for _, st := range steps {
+		if st.Usage != nil {
+			sum.InputTokens += st.Usage.InputTokens
+			sum.OutputTokens += st.Usage.OutputTokens
+			sum.TotalTokens += st.Usage.TotalTokens
+			sum.CachedTokens += st.Usage.CachedTokens
+			sum.ReasoningTokens += st.Usage.ReasoningTokens
+		}
+	}
+	return &sum
+}
+
+// waitingEnd completes the terminal event of a run ended while it waits
+// (or while queued: end is returned as it is): its usage is that of its
+// steps, Foundry's last word that of its last response.
+func waitingEnd(s *events.RunState, end events.RunEvent) events.RunEvent {
+	if s.Status != events.StatusWaiting || len(s.Steps) == 0 {
+		return end
+	}
+	end.Usage = withSteps(s.Steps, &events.Usage{})
+	end.UpstreamStatus = s.Steps[len(s.Steps)-1].Status
+	return end
+}
+
+// endWaiting ends a waiting run whose deadline (run.cancelled, reason
+// timeout) or input deadline (run.failed input_timeout) has passed; a run
+// whose deadlines have not passed, or that no longer waits, is left alone.
+func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunState) {
+	now := time.Now().UTC()
+	var rec *events.CancelRecord
+	end := events.RunEvent{RunID: runID, Time: now}
+	switch {
+	case st.Deadline != nil && !now.Before(*st.Deadline):
+		rec = &events.CancelRecord{Reason: events.ReasonTimeout, Note: "deadline passed while the run waited for answers", At: now}
+		end.Type, end.Reason = events.TypeRunCancelled, events.ReasonTimeout
+	case st.InputDeadline != nil && !now.Before(*st.InputDeadline):
+		end = failedWith("", events.CodeInputTimeout, false, fmt.Sprintf("no answer to %d item(s) the run asked for within its input_timeout_seconds (waiting since %s)",
+			len(st.Asked), st.WaitingSince.Format(time.RFC3339)))
+		end.RunID, end.Time = runID, now
+	default:
+		return
+	}
+	pos, err := w.tail(ctx, runID)
+	if err != nil {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("read the last event of a waiting run past its deadline; retried on its next write")
+		return
+	}
+	end.Seq = pos.Seq + 1
+	st, err = w.states.Update(ctx, runID, func(s *events.RunState) error {
+		return endWaitingRun(s, w.cfg.WorkerID, rec, end, now)
+	})
+	if err != nil {
+		if !isDecision(err) {
+			w.log.Warn().Err(err).Str("run_id", runID).Msg("end a waiting run past its deadline")
+		}
+		return
+	}
+	w.m.deadlinesEnforced.Inc()
+	if err := w.publishEnd(ctx, runID, pos, *st.End, w.log.With().Str("run_id", runID).Logger()); err != nil {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("publish the end of a waiting run past its deadline")
+	}
+	w.m.runEnded(*st.End, time.Time{})
+	w.log.Info().Str("run_id", runID).Str("type", string(st.End.Type)).Msg("waiting run ended: its deadline passed")
+}

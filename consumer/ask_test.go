@@ -1,0 +1,168 @@
+package consumer_test
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/testkit"
+)
+
+const askingTool = `{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","allowed_tools":["lookup"]}`
+
+// askingRequest is a run whose response stops on an approval request (an
+// MCP tool with require_approval left at its default, "always").
+func askingRequest(runID string) events.RunRequest {
+	req := request(runID, map[string]string{foundrytest.KeyToolMS: "20", foundrytest.KeyTokens: "4"})
+	req.Tools = []json.RawMessage{json.RawMessage(askingTool)}
+	return req
+}
+
+// A run that asks for approval waits for it, holding no job; once
+// approved, its next step runs the call and the run completes, one run id
+// and one event subject for both responses.
+func TestApprovedRunCompletes(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	e.submit(askingRequest("ask-1"))
+	asked := e.waitEvent("ask-1", events.TypeInputRequired, 20*time.Second)
+	if len(asked.Items) != 1 || asked.Items[0].Kind != events.InputApproval || asked.Items[0].Name != "lookup" ||
+		asked.Items[0].ServerLabel != "crm" || asked.Items[0].ID == "" {
+		t.Fatalf("input.required: %+v", asked)
+	}
+	e.waitRunsEmpty() // a waiting run holds no job
+	st, _, err := e.client.State(testCtx(t), "ask-1")
+	if err != nil || st.Status != events.StatusWaiting || len(st.Asked) != 1 || len(st.Steps) != 1 || st.Owner != "" {
+		t.Fatalf("state of a waiting run: %+v, %v", st, err)
+	}
+
+	reply, err := e.client.Approve(testCtx(t), "ask-1", asked.Items[0].ID, true, "")
+	if err != nil || reply.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v, %v", reply, err)
+	}
+	evs := e.collect("ask-1", 30*time.Second)
+	end := checkWellFormed(t, evs)
+	if end.Type != events.TypeRunCompleted || text(evs) == "" {
+		t.Fatalf("run ended %s with text %q: %v", end.Type, text(evs), types(evs))
+	}
+	want := []events.EventType{events.TypeRunStarted, events.TypeInputRequired, events.TypeInputReceived, events.TypeStepStarted,
+		events.TypeToolStarted, events.TypeToolCompleted}
+	var got []events.EventType
+	for _, typ := range types(evs) {
+		if typ != events.TypeTextDelta && typ != events.TypeRunCompleted {
+			got = append(got, typ)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v then text and run.completed", types(evs), want)
+	}
+	recs := e.emu.Records("ask-1")
+	if len(recs) != 2 {
+		t.Fatalf("%d upstream responses, want one per step (2)", len(recs))
+	}
+	if e.emu.Stats().ToolCallsStarted != 1 {
+		t.Fatalf("tool calls: %d", e.emu.Stats().ToolCallsStarted)
+	}
+	if end.Usage == nil || end.Usage.OutputTokens != int64(recs[0].Tokens+recs[1].Tokens) {
+		t.Fatalf("usage %+v, want the sum of both steps (%d + %d output tokens)", end.Usage, recs[0].Tokens, recs[1].Tokens)
+	}
+	// Answers after the end change nothing.
+	if reply, err := e.client.Approve(testCtx(t), "ask-1", asked.Items[0].ID, true, ""); err != nil || reply.Result != events.InputRunFinished {
+		t.Fatalf("approve after the end: %+v, %v", reply, err)
+	}
+}
+
+// A function call waits for its output; the first answer wins, a second
+// one gets already_answered, an answer of the wrong kind or for an id not
+// asked changes nothing.
+func TestFunctionOutputContinuesTheRun(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	req := request("ask-fn", map[string]string{foundrytest.KeyToolMS: "10", foundrytest.KeyTokens: "3"})
+	req.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","name":"get_weather"}`)}
+	e.submit(req)
+	asked := e.waitEvent("ask-fn", events.TypeInputRequired, 20*time.Second)
+	call := asked.Items[0]
+	if call.Kind != events.InputFunctionCall || call.Name != "get_weather" || call.Arguments == "" {
+		t.Fatalf("asked %+v", call)
+	}
+	ctx := testCtx(t)
+	if _, err := e.client.Approve(ctx, "ask-fn", call.ID, true, ""); err == nil {
+		t.Fatal("an approval for a function call was accepted")
+	}
+	if r, err := e.client.SendOutput(ctx, "ask-fn", "call_other", "x"); err != nil || r.Result != events.InputUnknownID {
+		t.Fatalf("output for an id not asked: %+v %v", r, err)
+	}
+	if r, err := e.client.SendOutput(ctx, "ask-fn", call.ID, `{"temp":21}`); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("output: %+v %v", r, err)
+	}
+	if r, err := e.client.SendOutput(ctx, "ask-fn", call.ID, `{"temp":99}`); err != nil ||
+		(r.Result != events.InputAlreadyAnswered && r.Result != events.InputRunFinished) {
+		t.Fatalf("second output: %+v %v", r, err)
+	}
+	evs := e.collect("ask-fn", 30*time.Second)
+	if end := checkWellFormed(t, evs); end.Type != events.TypeRunCompleted {
+		t.Fatalf("ended %s", end.Type)
+	}
+	reqs := e.emu.CreateRequests("ask-fn")
+	if len(reqs) != 2 || !json.Valid(reqs[1]) {
+		t.Fatalf("%d creates", len(reqs))
+	}
+	var second struct {
+		Previous string `json:"previous_response_id"`
+		Input    []struct {
+			Type, CallID, Output string
+		} `json:"input"`
+	}
+	_ = json.Unmarshal(reqs[1], &second)
+	if second.Previous != asked.ResponseID || len(second.Input) != 1 || second.Input[0].Output != `{"temp":21}` {
+		t.Fatalf("second step's create: %s", reqs[1])
+	}
+}
+
+// A cancel while the run waits ends it at once, with no upstream call (the
+// last response has ended); answers after it get run_finished.
+func TestCancelWhileWaiting(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	e.submit(askingRequest("ask-cancel"))
+	asked := e.waitEvent("ask-cancel", events.TypeInputRequired, 20*time.Second)
+	reply, err := e.client.Cancel(testCtx(t), "ask-cancel", "changed my mind")
+	if err != nil || reply.Result != events.CancelCancelled {
+		t.Fatalf("cancel: %+v %v", reply, err)
+	}
+	evs := e.collect("ask-cancel", 20*time.Second)
+	end := checkWellFormed(t, evs)
+	if end.Type != events.TypeRunCancelled || end.UpstreamStatus != "completed" || end.Usage == nil || end.Usage.InputTokens == 0 {
+		t.Fatalf("end %+v", end)
+	}
+	if r, err := e.client.Approve(testCtx(t), "ask-cancel", asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputRunFinished {
+		t.Fatalf("approve after cancel: %+v %v", r, err)
+	}
+	if n := len(e.emu.Records("ask-cancel")); n != 1 {
+		t.Fatalf("%d upstream responses after a cancel while waiting", n)
+	}
+}
+
+// input_timeout_seconds ends a run that waits too long.
+func TestInputTimeout(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	req := askingRequest("ask-timeout")
+	req.InputTimeoutSeconds = 1
+	e.submit(req)
+	evs := e.collect("ask-timeout", 30*time.Second)
+	end := checkWellFormed(t, evs)
+	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeInputTimeout ||
+		end.Error.Retryable == nil || *end.Error.Retryable {
+		t.Fatalf("end %+v", end)
+	}
+	testkit.Eventually(t, 10*time.Second, "the run's record to say failed", func() bool {
+		st, _, err := e.client.State(testCtx(t), "ask-timeout")
+		return err == nil && st.Status == events.StatusFailed
+	})
+}
