@@ -72,3 +72,25 @@ func TestDeadLettersAreRedacted(t *testing.T) {
 		t.Fatalf("dead letter %s: want the request with its credential redacted", m.Data)
 	}
 }
+
+// A dead letter redacts every header value whatever its JSON shape: an
+// object ({"value": "sk-live-…"}), an array, a number, a bool, nested.
+func TestDeadLettersRedactEveryHeaderShape(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(consumer.Config{WorkerID: "red-shapes"})
+	headers := `{"B":{"value":"sk-live-obj-5521"},"C":["sk-live-arr-5522"],"D":{"x":{"y":"sk-live-nest-5523"}},"E":5524000001,"F":true,"G":{"secret":"crm-token"}}`
+	body := `{"run_id":"red-2","model":"m","input":"hi","bogus":1,"tools":[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never","headers":` + headers + `}]}`
+	if _, err := e.js.Publish(context.Background(), "foundryq.runs.red-2", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	m := e.deadLetter("red-2")
+	for _, s := range []string{"sk-live-obj-5521", "sk-live-arr-5522", "sk-live-nest-5523", "5524000001", "true"} {
+		if strings.Contains(string(m.Data), s) {
+			t.Errorf("dead letter kept %s: %s", s, m.Data)
+		}
+	}
+	if !strings.Contains(string(m.Data), `"G":{"secret":"crm-token"}`) || !strings.Contains(string(m.Data), "crm.example.com") {
+		t.Errorf("dead letter %s: want the request with its reference and server kept", m.Data)
+	}
+}
