@@ -183,3 +183,33 @@ func TestRedactKeepsOnlyRealReferences(t *testing.T) {
 		t.Errorf("a real reference was not kept: %s", got)
 	}
 }
+
+// Whatever JSON value a header holds, RedactTools leaves only Redacted,
+// a reference or null in its place.
+func FuzzRedactHeaderValue(f *testing.F) {
+	for _, s := range []string{`"sk-1"`, `{"value":"sk-2"}`, `["sk-3"]`, `42`, `true`, `null`, `{"secret":"crm-token"}`, `{"secret":{"x":"sk-4"}}`, `[{"a":[{"b":"sk-5"}]}]`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		if !json.Valid([]byte(value)) {
+			t.Skip()
+		}
+		tool := `{"type":"mcp","headers":{"H":` + value + `}}`
+		out := secrets.RedactTools([]json.RawMessage{json.RawMessage(tool)})[0]
+		var back struct {
+			Headers map[string]json.RawMessage `json:"headers"`
+		}
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("RedactTools(%s) = %s: %v", tool, out, err)
+		}
+		got := string(back.Headers["H"])
+		var ref map[string]any
+		isRef := json.Unmarshal(back.Headers["H"], &ref) == nil && len(ref) == 1
+		if name, ok := ref["secret"].(string); isRef && ok && secrets.ValidName(name) {
+			return
+		}
+		if got != `"`+secrets.Redacted+`"` && got != "null" {
+			t.Fatalf("header %s came out as %s", value, got)
+		}
+	})
+}
