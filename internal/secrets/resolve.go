@@ -66,8 +66,10 @@ type Config struct {
 	LookupEnv func(string) (string, bool)
 	// Hosts lists, for each secret name, where it may be sent: host names
 	// of a tool's https server_url ("crm.example.com", or "*.example.com"
-	// for any subdomain), or connector ids for tools without server_url.
-	// A secret with no entry is never sent. See ParseHosts.
+	// for any subdomain), or the ids a tool may name instead or beside it
+	// (connector_id, tunnel_id, project_connection_id; compared without
+	// case, never as a wildcard). A secret with no entry is never sent.
+	// See ParseHosts.
 	Hosts map[string][]string
 	// Logger gets, at debug level, why each reference was refused with the
 	// details the error leaves out (the secret's hosts, the directory, the
