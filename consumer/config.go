@@ -92,7 +92,9 @@ type Config struct {
 	// Secrets resolves {"secret": NAME} references in MCP tools just before
 	// a request goes to Foundry; the resolved values are never stored or
 	// logged. Default nil: every reference is refused (the run fails
-	// invalid_request).
+	// invalid_request). The worker gives it its logger: a refusal's
+	// details (the secret's hosts, the directory, the variable) are
+	// logged at debug level, never stored with the run.
 	Secrets *secrets.Resolver
 	// StuckAfter is how long a run this worker owns may store no event
 	// before the runs_stuck gauge counts it. Default 5m.

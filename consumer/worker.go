@@ -117,6 +117,9 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 		sem:      make(chan struct{}, cfg.Concurrency),
 		stopping: make(chan struct{}),
 	}
+	// The resolver logs why it refused a reference, with the hosts, paths
+	// and variables its errors leave out, at debug level.
+	w.cfg.Secrets = cfg.Secrets.WithLogger(w.log)
 	w.m = newMetrics(cfg.Registerer, func() float64 { return float64(w.stuckRuns(time.Now())) })
 	w.store.m = w.m
 	w.up = observed{up: up, m: w.m, tracer: w.tracer}

@@ -71,7 +71,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	})
 	w.replicas = f.Int("replicas", "FOUNDRYQ_REPLICAS", 1, "JetStream replicas for streams and bucket", between(1, 5))
 	w.secretsDir = f.String("secrets-dir", "FOUNDRYQ_SECRETS_DIR", "", "directory of secrets, one file each (a mounted Kubernetes Secret), for {\"secret\": NAME} references in MCP tools; also read: FOUNDRYQ_SECRET_<NAME> variables", dirOrEmpty())
-	w.secretHosts = f.String("secret-hosts", "FOUNDRYQ_SECRET_HOSTS", "", "where each secret may be sent: NAME=HOST[,HOST...] entries separated by ';' or spaces (HOST: an https server_url host, *.domain, or a connector id)")
+	w.secretHosts = f.String("secret-hosts", "FOUNDRYQ_SECRET_HOSTS", "", "where each secret may be sent: NAME=HOST[,HOST...] entries separated by ';' or spaces (HOST: an https server_url host, *.domain, or a connector_id, tunnel_id or project_connection_id)")
 	return w
 }
 

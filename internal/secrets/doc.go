@@ -12,14 +12,20 @@
 // A reference is honoured only for the hosts the operator lets that secret
 // go to (Config.Hosts): without that, anyone allowed to submit a run could
 // have the worker send the CRM token to a server of their choosing by
-// naming it in server_url. The tool's server_url must be https and its
-// host one of the secret's; a tool without server_url (an OpenAI connector)
-// must name one of them in connector_id.
+// naming it in server_url. Such a tool must be an MCP tool holding only
+// the fields of one, spelt as documented (Server_URL or serverUrl is
+// refused, not read); every destination it names (server_url,
+// connector_id, tunnel_id, project_connection_id) must be allowed: an
+// https server_url whose host is one of the secret's, ids listed as they
+// are. Refusals say what is wrong without naming the secret's hosts, the
+// directory or the variables (every submitter reads them in run state);
+// Config.Logger gets those at debug level.
 //
 // Redaction. RedactRequest and RedactTools replace credential-bearing
-// fields of a request body (tool header values, authorization, fields
-// named like api_key, password or token, passwords and query values of
-// URLs) with Redacted, for dead letters, logs and any other output.
+// fields of a request body (tool header values of any JSON shape,
+// authorization, fields named like api_key, password or token, passwords
+// and query values of URLs) with Redacted, for dead letters, logs and any
+// other output.
 // RedactURL hides the password or token of a NATS or HTTP URL. Scrub,
 // ScrubError and NewWriter remove known secret values from text as a last
 // line of defence (errors from libraries can quote a URL with its

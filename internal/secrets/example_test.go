@@ -29,7 +29,7 @@ func ExampleResolver_ResolveTools() {
 	fmt.Println(err)
 	// Output:
 	// {"headers":{"Authorization":"Bearer s3cr3t-value"},"server_url":"https://crm.example.com/mcp","type":"mcp"}
-	// secrets: tools[0].headers.Authorization: secret "crm-token": secret not allowed for this server: server_url host elsewhere.example.net is not one of [crm.example.com]
+	// secrets: tools[0].headers.Authorization: secret "crm-token": secret not allowed for this server: not to this server_url's host
 }
 
 func ExampleRedactRequest() {

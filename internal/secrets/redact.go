@@ -25,10 +25,13 @@ func isCredentialKey(k string) bool {
 
 // RedactRequest returns a copy of a run request body (JSON) safe to store
 // in dead letters, log or print: in "tools" and "options", every header
-// value, every string under a credential-like key (authorization, api_key,
-// password, token, client_secret, ...) and the password and query values
-// of URLs are replaced with Redacted. Secret references
-// ({"secret": NAME}) name a secret without holding it and are kept. Other
+// value whatever its JSON shape (string, object, array, number, bool; a
+// "headers" field that is not an object, whole; any field whose name
+// contains "header" counts), every value under a credential-like key
+// (authorization, api_key, password, token, client_secret, ...) and the
+// password and query values of URLs are replaced with Redacted. Secret
+// references ({"secret": NAME} with a valid name and nothing else) name a
+// secret without holding it and are kept. Other
 // fields are kept; top-level keys come out sorted. A body that is not a
 // JSON object is returned as it is unless it contains something that
 // looks like a credential field, in which case a JSON note replaces it
@@ -64,7 +67,7 @@ func RedactRequest(body []byte) []byte {
 			}
 			continue
 		}
-		if redactValue(v, false) {
+		if redactValue(v) {
 			b, err := marshal(v)
 			if err != nil {
 				top[key] = json.RawMessage(`"` + Redacted + `"`)
@@ -99,7 +102,7 @@ func RedactTools(tools []json.RawMessage) []json.RawMessage {
 			}
 			continue
 		}
-		if !redactValue(v, false) {
+		if !redactValue(v) {
 			out[i] = t
 			continue
 		}
@@ -113,12 +116,12 @@ func RedactTools(tools []json.RawMessage) []json.RawMessage {
 }
 
 // redactValue redacts v in place (maps and slices) and reports whether it
-// changed anything. underHeaders says v is the value of a "headers" key.
-func redactValue(v any, underHeaders bool) bool {
+// changed anything.
+func redactValue(v any) bool {
 	changed := false
 	switch x := v.(type) {
 	case map[string]any:
-		if _, isRef := x["secret"]; isRef && len(x) == 1 {
+		if isReference(x) {
 			return false // a secret reference holds a name, not a value
 		}
 		keys := make([]string, 0, len(x))
@@ -128,28 +131,25 @@ func redactValue(v any, underHeaders bool) bool {
 		sort.Strings(keys)
 		for _, k := range keys {
 			val := x[k]
-			if s, ok := val.(string); ok {
-				switch {
-				case underHeaders, isCredentialKey(k):
-					if s != Redacted {
-						x[k], changed = Redacted, true
-					}
-				default:
+			switch {
+			case val == nil:
+			case isHeadersKey(k):
+				if redactHeaders(x, k) {
+					changed = true
+				}
+			case isCredentialKey(k):
+				// e.g. "token": "…", "credentials": {...}: the whole value
+				if !isReference(val) && val != Redacted {
+					x[k], changed = Redacted, true
+				}
+			default:
+				if s, ok := val.(string); ok {
 					if r := RedactURL(s); r != s {
 						x[k], changed = r, true
 					}
+				} else if redactValue(val) {
+					changed = true
 				}
-				continue
-			}
-			if isCredentialKey(k) && !isReference(val) {
-				// e.g. "credentials": {...}: the whole value
-				if val != nil {
-					x[k], changed = Redacted, true
-				}
-				continue
-			}
-			if redactValue(val, strings.EqualFold(k, "headers")) {
-				changed = true
 			}
 		}
 	case []any:
@@ -160,7 +160,7 @@ func redactValue(v any, underHeaders bool) bool {
 				}
 				continue
 			}
-			if redactValue(e, false) {
+			if redactValue(e) {
 				changed = true
 			}
 		}
@@ -168,13 +168,45 @@ func redactValue(v any, underHeaders bool) bool {
 	return changed
 }
 
+// isHeadersKey reports whether a field holds HTTP headers ("headers",
+// "Headers", "extra_headers", ...): all its values are credentials.
+func isHeadersKey(k string) bool {
+	return strings.Contains(strings.ToLower(k), "header")
+}
+
+// redactHeaders redacts parent[k], a headers field: every value of a
+// headers object, whatever its JSON shape (string, object, array, number,
+// bool), except a secret reference and null; a headers field that is not
+// an object, whole.
+func redactHeaders(parent map[string]any, k string) bool {
+	h, ok := parent[k].(map[string]any)
+	if !ok {
+		if parent[k] == Redacted {
+			return false
+		}
+		parent[k] = Redacted
+		return true
+	}
+	changed := false
+	for name, val := range h {
+		if val == nil || val == Redacted || isReference(val) {
+			continue
+		}
+		h[name], changed = Redacted, true
+	}
+	return changed
+}
+
+// isReference reports whether v is a secret reference: {"secret": NAME}
+// with a valid name, and nothing else. Anything else under "secret" may
+// be a value in disguise.
 func isReference(v any) bool {
 	m, ok := v.(map[string]any)
 	if !ok || len(m) != 1 {
 		return false
 	}
-	_, ok = m["secret"]
-	return ok
+	name, ok := m["secret"].(string)
+	return ok && ValidName(name)
 }
 
 // looksCredentialBearing is the test for bodies that cannot be parsed.

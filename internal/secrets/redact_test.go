@@ -115,3 +115,101 @@ func TestRedactURL(t *testing.T) {
 		t.Errorf("URLSecrets = %q", got)
 	}
 }
+
+// Every header value is redacted whatever its JSON shape: the README
+// promises it, and a header that is an object or a number still reaches
+// the MCP server (or was meant to). Only a secret reference, which holds
+// a name, is kept.
+func TestRedactHeaderValueShapes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, headers, secret string
+	}{
+		{"object", `{"B":{"value":"sk-live-obj-1"}}`, "sk-live-obj-1"},
+		{"nested object", `{"B":{"a":{"b":{"c":"sk-live-nest-2"}}}}`, "sk-live-nest-2"},
+		{"array", `{"B":["sk-live-arr-3","x"]}`, "sk-live-arr-3"},
+		{"array of objects", `{"B":[{"v":"sk-live-arrobj-4"}]}`, "sk-live-arrobj-4"},
+		{"number", `{"B":918273645501}`, "918273645501"},
+		{"float", `{"B":3.14159265358979}`, "3.14159265358979"},
+		{"bool", `{"X-Debug-Key":true}`, "true"},
+		{"reference with an extra key", `{"B":{"secret":"crm-token","value":"sk-live-extra-5"}}`, "sk-live-extra-5"},
+		{"reference whose name is an object", `{"B":{"secret":{"value":"sk-live-refobj-6"}}}`, "sk-live-refobj-6"},
+		{"reference whose name is no name", `{"B":{"secret":"Bearer sk-live-refname/7"}}`, "sk-live-refname/7"},
+		{"headers as a string", `"Authorization: Bearer sk-live-str-8"`, "sk-live-str-8"},
+		{"headers as an array", `["Authorization: Bearer sk-live-list-9"]`, "sk-live-list-9"},
+		{"headers as a number", `1234567890123`, "1234567890123"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, key := range []string{"headers", "Headers", "HEADERS"} {
+				tool := `{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","` + key + `":` + tt.headers + `}`
+				body := `{"run_id":"r1","model":"m","input":"hi","tools":[` + tool + `],"options":{"extra_headers":` + tt.headers + `}}`
+				got := string(secrets.RedactRequest([]byte(body)))
+				if strings.Contains(got, tt.secret) {
+					t.Errorf("%s: RedactRequest kept %s: %s", key, tt.secret, got)
+				}
+				if !json.Valid([]byte(got)) || !strings.Contains(got, secrets.Redacted) || !strings.Contains(got, "https://crm.example.com/mcp") {
+					t.Errorf("%s: RedactRequest = %s, want the request with the header redacted", key, got)
+				}
+				out := secrets.RedactTools([]json.RawMessage{json.RawMessage(tool)})
+				if strings.Contains(string(out[0]), tt.secret) || !json.Valid(out[0]) {
+					t.Errorf("%s: RedactTools = %s", key, out[0])
+				}
+			}
+		})
+	}
+
+	// What holds no credential is kept: a reference (a name) and null.
+	tool := `{"type":"mcp","headers":{"A":{"secret":"crm-token"},"B":null,"C":"sk-live-c"}}`
+	got := string(secrets.RedactTools([]json.RawMessage{json.RawMessage(tool)})[0])
+	if got != `{"headers":{"A":{"secret":"crm-token"},"B":null,"C":"REDACTED"},"type":"mcp"}` {
+		t.Errorf("RedactTools = %s", got)
+	}
+}
+
+// A reference is kept only when it is one: {"secret": NAME} with a valid
+// name. Anything else under "secret" is a value in disguise.
+func TestRedactKeepsOnlyRealReferences(t *testing.T) {
+	t.Parallel()
+	body := `{"tools":[{"type":"mcp","authorization":{"secret":{"password":"sk-live-auth-1"}}}],` +
+		`"options":{"x":{"secret":{"api_key":"sk-live-opt-2"}},"y":{"secret":"crm-token"}}}`
+	got := string(secrets.RedactRequest([]byte(body)))
+	for _, s := range []string{"sk-live-auth-1", "sk-live-opt-2"} {
+		if strings.Contains(got, s) {
+			t.Errorf("kept %s: %s", s, got)
+		}
+	}
+	if !strings.Contains(got, `"y":{"secret":"crm-token"}`) {
+		t.Errorf("a real reference was not kept: %s", got)
+	}
+}
+
+// Whatever JSON value a header holds, RedactTools leaves only Redacted,
+// a reference or null in its place.
+func FuzzRedactHeaderValue(f *testing.F) {
+	for _, s := range []string{`"sk-1"`, `{"value":"sk-2"}`, `["sk-3"]`, `42`, `true`, `null`, `{"secret":"crm-token"}`, `{"secret":{"x":"sk-4"}}`, `[{"a":[{"b":"sk-5"}]}]`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		if !json.Valid([]byte(value)) {
+			t.Skip()
+		}
+		tool := `{"type":"mcp","headers":{"H":` + value + `}}`
+		out := secrets.RedactTools([]json.RawMessage{json.RawMessage(tool)})[0]
+		var back struct {
+			Headers map[string]json.RawMessage `json:"headers"`
+		}
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("RedactTools(%s) = %s: %v", tool, out, err)
+		}
+		got := string(back.Headers["H"])
+		var ref map[string]any
+		isRef := json.Unmarshal(back.Headers["H"], &ref) == nil && len(ref) == 1
+		if name, ok := ref["secret"].(string); isRef && ok && secrets.ValidName(name) {
+			return
+		}
+		if got != `"`+secrets.Redacted+`"` && got != "null" {
+			t.Fatalf("header %s came out as %s", value, got)
+		}
+	})
+}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/rs/zerolog"
 )
 
 // DefaultEnvPrefix starts the name of the environment variable that holds
@@ -30,11 +32,15 @@ var (
 )
 
 // ReferenceError says which field of which tool held a reference that
-// could not be resolved. It never carries a secret value.
+// could not be resolved, and what is wrong with the request. It is stored
+// where every submitter may read it (run state, run events, dead
+// letters), so it never carries a secret value nor the worker's
+// configuration: not the hosts a secret may go to, the secrets directory
+// or the variable names. The Resolver logs those at debug level.
 type ReferenceError struct {
 	Field string // e.g. tools[0].headers.Authorization
 	Name  string // the secret's name, if the reference had a valid one
-	Err   error  // ErrBadReference, ErrSecretNotFound or ErrSecretNotAllowed, wrapped with details
+	Err   error  // ErrBadReference, ErrSecretNotFound or ErrSecretNotAllowed, wrapped with what is wrong
 }
 
 func (e *ReferenceError) Error() string {
@@ -60,9 +66,15 @@ type Config struct {
 	LookupEnv func(string) (string, bool)
 	// Hosts lists, for each secret name, where it may be sent: host names
 	// of a tool's https server_url ("crm.example.com", or "*.example.com"
-	// for any subdomain), or connector ids for tools without server_url.
-	// A secret with no entry is never sent. See ParseHosts.
+	// for any subdomain), or the ids a tool may name instead or beside it
+	// (connector_id, tunnel_id, project_connection_id; compared without
+	// case, never as a wildcard). A secret with no entry is never sent.
+	// See ParseHosts.
 	Hosts map[string][]string
+	// Logger gets, at debug level, why each reference was refused with the
+	// details the error leaves out (the secret's hosts, the directory, the
+	// variable name); never a value. Default: no log.
+	Logger *zerolog.Logger
 }
 
 // Resolver replaces secret references in tools with the secrets' values.
@@ -70,16 +82,21 @@ type Config struct {
 // reference. Safe for concurrent use; files are read at each resolution,
 // so a rotated Kubernetes Secret takes effect without a restart.
 type Resolver struct {
+	none      bool // no secret store: behaves as a nil *Resolver, with a log
 	dir       string
 	envPrefix string
 	lookupEnv func(string) (string, bool)
 	hosts     map[string][]string
+	log       zerolog.Logger
 }
 
 // NewResolver checks cfg (the directory exists, names and hosts are
 // valid) and returns a Resolver.
 func NewResolver(cfg Config) (*Resolver, error) {
-	r := &Resolver{dir: cfg.Dir, envPrefix: cfg.EnvPrefix, lookupEnv: cfg.LookupEnv, hosts: map[string][]string{}}
+	r := &Resolver{dir: cfg.Dir, envPrefix: cfg.EnvPrefix, lookupEnv: cfg.LookupEnv, hosts: map[string][]string{}, log: zerolog.Nop()}
+	if cfg.Logger != nil {
+		r.log = *cfg.Logger
+	}
 	if r.envPrefix == "" {
 		r.envPrefix = DefaultEnvPrefix
 	}
@@ -107,6 +124,18 @@ func NewResolver(cfg Config) (*Resolver, error) {
 		}
 	}
 	return r, nil
+}
+
+// WithLogger returns a copy of r that logs refusals to l (see
+// Config.Logger). On a nil *Resolver it returns one that, like nil,
+// refuses every reference, and logs why.
+func (r *Resolver) WithLogger(l zerolog.Logger) *Resolver {
+	if r == nil {
+		return &Resolver{none: true, envPrefix: DefaultEnvPrefix, log: l}
+	}
+	c := *r
+	c.log = l
+	return &c
 }
 
 // ParseHosts parses the --secret-hosts setting: entries NAME=HOST[,HOST...]
@@ -150,7 +179,7 @@ func ValidName(name string) bool {
 // EnvName returns the environment variable that holds the secret name.
 func (r *Resolver) EnvName(name string) string {
 	prefix := DefaultEnvPrefix
-	if r != nil {
+	if r != nil && r.envPrefix != "" {
 		prefix = r.envPrefix
 	}
 	return prefix + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(name))
@@ -158,34 +187,57 @@ func (r *Resolver) EnvName(name string) string {
 
 // Lookup returns the value of the secret name: the file name in the
 // directory (without one trailing newline), else the environment
-// variable. An empty value counts as missing.
+// variable. An empty value counts as missing. Its error says what is
+// wrong without naming the directory or the variable (see
+// ReferenceError); they go to the log at debug level.
 func (r *Resolver) Lookup(name string) (string, error) {
-	if !ValidName(name) {
-		return "", fmt.Errorf("%w: name %q must match [A-Za-z0-9][A-Za-z0-9_.-]{0,127} without \"..\"", ErrBadReference, name)
+	v, detail, err := r.lookup(name)
+	if err != nil {
+		r.debug(name, "", err, detail)
 	}
-	if r == nil {
-		return "", fmt.Errorf("%w: the worker has no secret store (set --secrets-dir or %s variables)", ErrSecretNotFound, DefaultEnvPrefix)
+	return v, err
+}
+
+// lookup is Lookup with the details for the operator kept apart.
+func (r *Resolver) lookup(name string) (value, detail string, err error) {
+	if !ValidName(name) {
+		return "", "", fmt.Errorf("%w: a secret's name must match [A-Za-z0-9][A-Za-z0-9_.-]{0,127} without \"..\"", ErrBadReference)
+	}
+	if r == nil || r.none {
+		return "", "the worker has no secret store (set --secrets-dir or " + DefaultEnvPrefix + "<NAME> variables)", ErrSecretNotFound
 	}
 	var where []string
 	if r.dir != "" {
 		v, err := r.readFile(name)
 		switch {
 		case err == nil && v != "":
-			return v, nil
+			return v, "", nil
 		case err == nil:
 			where = append(where, "file "+name+" in "+r.dir+" is empty")
 		case errors.Is(err, fs.ErrNotExist):
 			where = append(where, "no file "+name+" in "+r.dir)
 		default:
-			return "", fmt.Errorf("%w: read %s in %s: %v", ErrSecretNotFound, name, r.dir, errors.Unwrap(err))
+			return "", fmt.Sprintf("read %s in %s: %v", name, r.dir, errors.Unwrap(err)), ErrSecretNotFound
 		}
 	}
 	env := r.EnvName(name)
 	if v, ok := r.lookupEnv(env); ok && v != "" {
-		return v, nil
+		return v, "", nil
 	}
 	where = append(where, "no "+env+" in the environment")
-	return "", fmt.Errorf("%w: %s", ErrSecretNotFound, strings.Join(where, ", "))
+	return "", strings.Join(where, ", "), ErrSecretNotFound
+}
+
+// debug logs why a reference was refused, with what the error leaves out.
+func (r *Resolver) debug(name, field string, err error, detail string) {
+	if r == nil {
+		return // no logger; WithLogger gives a nil resolver one
+	}
+	e := r.log.Debug().Str("secret", name).Err(err)
+	if field != "" {
+		e = e.Str("field", field)
+	}
+	e.Str("detail", detail).Msg("secret reference refused")
 }
 
 // readFile reads name inside the directory; os.Root keeps a symbolic
@@ -207,41 +259,122 @@ func (r *Resolver) readFile(name string) (string, error) {
 	return s, nil
 }
 
-// allowed checks that the secret name may be sent to the tool's server.
-func (r *Resolver) allowed(name string, tool map[string]json.RawMessage) error {
-	hosts := r.hosts[name]
-	if len(hosts) == 0 {
-		return fmt.Errorf("%w: no hosts are configured for it (--secret-hosts %s=HOST)", ErrSecretNotAllowed, name)
+// mcpFields are the fields of an MCP tool, the only tool that may carry a
+// secret reference: those of openai-go's responses.ToolMcpParam (v3.98.0,
+// responses/response.go: type, server_label, server_url, connector_id,
+// tunnel_id, authorization, headers, allowed_tools, require_approval,
+// server_description, defer_loading, allowed_callers) and Foundry's
+// project_connection_id (a project connection that authenticates the MCP
+// server: learn.microsoft.com/azure/foundry/agents/how-to/tools/model-context-protocol).
+// A tool that references a secret may hold no other field: a field this
+// list does not know (Server_URL, serverUrl, url, endpoint, ...) could
+// send the call, and so the secret, somewhere the check never saw, as a
+// lenient parser may read Server_URL as server_url.
+var mcpFields = map[string]bool{
+	"type": true, "server_label": true, "server_url": true, "connector_id": true, "tunnel_id": true,
+	"project_connection_id": true, "authorization": true, "headers": true, "allowed_tools": true,
+	"require_approval": true, "server_description": true, "defer_loading": true, "allowed_callers": true,
+}
+
+// destinations are the fields of an MCP tool that say where its calls go
+// (ToolMcpParam: "One of server_url, connector_id, or tunnel_id must be
+// provided"; Foundry: project_connection_id). Every one the tool gives
+// must be allowed for the secret.
+var destinations = []string{"server_url", "connector_id", "tunnel_id", "project_connection_id"}
+
+// canonical folds a field name for comparison: lower case, without '_'
+// and '-' (Server_URL, serverUrl and server-url are all server_url).
+func canonical(k string) string {
+	return strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(k))
+}
+
+// allowed checks that the secret name may be sent where the tool's calls
+// go. The error says what is wrong with the tool, never the secret's
+// hosts; detail adds them, for the log.
+func (r *Resolver) allowed(name string, tool map[string]json.RawMessage) (detail string, err error) {
+	var typ string
+	if json.Unmarshal(tool["type"], &typ) != nil || typ != "mcp" {
+		return "", fmt.Errorf("%w: only a tool of type \"mcp\" may carry a secret reference", ErrSecretNotAllowed)
 	}
-	var serverURL, connector string
-	if raw, ok := tool["server_url"]; ok {
-		_ = json.Unmarshal(raw, &serverURL)
+	keys := make([]string, 0, len(tool))
+	for k := range tool {
+		keys = append(keys, k)
 	}
-	if raw, ok := tool["connector_id"]; ok {
-		_ = json.Unmarshal(raw, &connector)
-	}
-	if serverURL == "" {
-		for _, h := range hosts {
-			if connector != "" && strings.EqualFold(h, connector) {
-				return nil
+	sort.Strings(keys) // the same error every time
+	for _, k := range keys {
+		if mcpFields[k] {
+			continue
+		}
+		for f := range mcpFields {
+			if canonical(f) == canonical(k) {
+				return "", fmt.Errorf("%w: field %q: write it %q (a tool with a secret reference may hold only the fields of an MCP tool, spelt as Foundry documents them)", ErrSecretNotAllowed, k, f)
 			}
 		}
-		return fmt.Errorf("%w: the tool has no server_url and its connector_id %q is not one of %v", ErrSecretNotAllowed, connector, hosts)
+		return "", fmt.Errorf("%w: field %q is not a field of an MCP tool (a tool with a secret reference may hold only those)", ErrSecretNotAllowed, k)
 	}
-	u, err := url.Parse(serverURL)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("%w: server_url is not an absolute URL", ErrSecretNotAllowed)
+	hosts := r.hosts[name]
+	given := 0
+	for _, f := range destinations {
+		raw, ok := tool[f]
+		if !ok || isJSONNull(raw) {
+			continue
+		}
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			return "", fmt.Errorf("%w: %s must be a string", ErrSecretNotAllowed, f)
+		}
+		if v == "" {
+			continue
+		}
+		given++
+		if f == "server_url" {
+			if detail, err := serverAllowed(v, hosts); err != nil {
+				return detail, err
+			}
+			continue
+		}
+		if !idAllowed(v, hosts) {
+			return fmt.Sprintf("%s %q is not one of the secret's hosts %v (--secret-hosts)", f, v, hosts), fmt.Errorf("%w: not to this tool's %s", ErrSecretNotAllowed, f)
+		}
+	}
+	if given == 0 {
+		return "", fmt.Errorf("%w: the tool names no server_url, connector_id, tunnel_id or project_connection_id", ErrSecretNotAllowed)
+	}
+	return "", nil
+}
+
+// serverAllowed checks an MCP server_url against the secret's hosts.
+func serverAllowed(serverURL string, hosts []string) (detail string, err error) {
+	u, perr := url.Parse(serverURL)
+	if perr != nil || u.Host == "" {
+		return "", fmt.Errorf("%w: server_url is not an absolute URL", ErrSecretNotAllowed)
 	}
 	if u.Scheme != "https" {
-		return fmt.Errorf("%w: server_url must be https, not %s", ErrSecretNotAllowed, u.Scheme)
+		return "", fmt.Errorf("%w: server_url must be https", ErrSecretNotAllowed)
+	}
+	if u.User != nil {
+		// https://crm.example.com@evil.example.net: a reader sees one host,
+		// the client dials another.
+		return "", fmt.Errorf("%w: server_url may not hold user information", ErrSecretNotAllowed)
 	}
 	host := strings.ToLower(u.Hostname())
 	for _, h := range hosts {
 		if h == host || (strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]) && len(host) > len(h)-1) {
-			return nil
+			return "", nil
 		}
 	}
-	return fmt.Errorf("%w: server_url host %s is not one of %v", ErrSecretNotAllowed, host, hosts)
+	return fmt.Sprintf("server_url host %s is not one of the secret's hosts %v (--secret-hosts)", host, hosts), fmt.Errorf("%w: not to this server_url's host", ErrSecretNotAllowed)
+}
+
+// idAllowed reports whether a connector, tunnel or connection id is one of
+// the secret's entries (compared without case; never a wildcard).
+func idAllowed(id string, hosts []string) bool {
+	for _, h := range hosts {
+		if !strings.HasPrefix(h, "*.") && strings.EqualFold(h, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // HasReferences reports whether any tool holds a secret reference.
@@ -280,9 +413,11 @@ func reference(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 // ResolveTools returns tools with every secret reference replaced by the
 // secret's value: a value of the tool's "headers" object, or its
 // "authorization", written as {"secret": NAME}. Tools without references
-// are returned unchanged (the same bytes); the others are re-encoded. The
-// first reference that cannot be resolved gives a *ReferenceError naming
-// the field and the secret (never its value).
+// are returned unchanged (the same bytes); the others are re-encoded. A
+// tool with a reference must pass the destination check (see allowed).
+// The first reference that cannot be resolved gives a *ReferenceError
+// naming the field and the secret (never its value nor the worker's
+// configuration, which goes to the log at debug level).
 func (r *Resolver) ResolveTools(tools []json.RawMessage) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, len(tools))
 	for i, t := range tools {
@@ -353,15 +488,21 @@ func (r *Resolver) resolveValue(field string, raw json.RawMessage, tool map[stri
 	if json.Unmarshal(obj["secret"], &name) != nil || !ValidName(name) {
 		return nil, &ReferenceError{Field: field, Err: fmt.Errorf("%w: the secret's name must be a string matching [A-Za-z0-9][A-Za-z0-9_.-]{0,127} without \"..\"", ErrBadReference)}
 	}
-	if r == nil {
-		_, err := r.Lookup(name)
+	if r == nil || r.none {
+		_, detail, err := r.lookup(name)
+		r.debug(name, field, err, detail)
 		return nil, &ReferenceError{Field: field, Name: name, Err: err}
 	}
-	if err := r.allowed(name, tool); err != nil {
+	if detail, err := r.allowed(name, tool); err != nil {
+		if len(r.hosts[name]) == 0 && detail != "" {
+			detail = "no hosts are configured for it (--secret-hosts " + name + "=HOST)"
+		}
+		r.debug(name, field, err, detail)
 		return nil, &ReferenceError{Field: field, Name: name, Err: err}
 	}
-	v, err := r.Lookup(name)
+	v, detail, err := r.lookup(name)
 	if err != nil {
+		r.debug(name, field, err, detail)
 		return nil, &ReferenceError{Field: field, Name: name, Err: err}
 	}
 	b, err := marshal(v)

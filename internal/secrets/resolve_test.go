@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/foundryq/foundryq/internal/secrets"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // setup returns a resolver over a directory holding crm-token (with a
@@ -37,7 +40,8 @@ func setup(t *testing.T, hosts map[string][]string) *secrets.Resolver {
 
 func TestLookup(t *testing.T) {
 	t.Parallel()
-	r := setup(t, nil)
+	var logs testkit.Buffer
+	r := setup(t, nil).WithLogger(zerolog.New(&logs).Level(zerolog.DebugLevel))
 	tests := []struct {
 		name, want string
 		err        error
@@ -58,14 +62,19 @@ func TestLookup(t *testing.T) {
 			if !errors.Is(err, tt.err) || got != tt.want {
 				t.Fatalf("Lookup(%q) = %q, %v; want %q, %v", tt.name, got, err, tt.want, tt.err)
 			}
-			if err != nil && !strings.Contains(err.Error(), tt.msg) {
-				t.Fatalf("error %q does not say %q", err, tt.msg)
+			// Where it looked is for the operator's log, not the error.
+			if tt.msg != "" && (strings.Contains(err.Error(), tt.msg) || !strings.Contains(logs.String(), tt.msg)) {
+				t.Fatalf("error %q, log %s: want %q in the log only", err, logs.String(), tt.msg)
 			}
 		})
 	}
 	var nilR *secrets.Resolver
-	if _, err := nilR.Lookup("crm-token"); !errors.Is(err, secrets.ErrSecretNotFound) || !strings.Contains(err.Error(), "--secrets-dir") {
-		t.Fatalf("nil resolver: %v, want ErrSecretNotFound with a hint", err)
+	if _, err := nilR.Lookup("crm-token"); !errors.Is(err, secrets.ErrSecretNotFound) || strings.Contains(err.Error(), "--secrets-dir") {
+		t.Fatalf("nil resolver: %v, want ErrSecretNotFound without configuration", err)
+	}
+	var nilLogs testkit.Buffer
+	if _, err := nilR.WithLogger(zerolog.New(&nilLogs).Level(zerolog.DebugLevel)).Lookup("crm-token"); !errors.Is(err, secrets.ErrSecretNotFound) || !strings.Contains(nilLogs.String(), "--secrets-dir") {
+		t.Fatalf("nil resolver with a log: %v, log %s: want a hint in the log", err, nilLogs.String())
 	}
 }
 
@@ -232,5 +241,143 @@ func TestResolveToolsErrors(t *testing.T) {
 	out, err := nilR.ResolveTools([]json.RawMessage{json.RawMessage(`{"type":"mcp","authorization":"literal","headers":{"A":null}}`)})
 	if err != nil || len(out) != 1 {
 		t.Fatalf("nil resolver without references: %v", err)
+	}
+}
+
+// A secret goes only where the operator allows, whichever field of the
+// MCP tool says where the call goes. openai-go's responses.ToolMcpParam
+// has server_url, connector_id and tunnel_id ("one of ... must be
+// provided"); Foundry's MCP tool adds project_connection_id. A second
+// destination beside an allowed server_url, or a field spelt another way
+// (Server_URL, serverUrl) that a lenient parser could read as server_url,
+// must not carry the secret elsewhere.
+func TestResolveToolsDestinations(t *testing.T) {
+	t.Parallel()
+	r := setup(t, map[string][]string{
+		"crm-token":   {"crm.example.com", "crm-connection"},
+		"billing.key": {"*.billing.example.com", "connector_dropbox"},
+	})
+	const ref = `"headers":{"A":{"secret":"crm-token"}}`
+	const ok = `"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp",` + ref
+	refused := []struct{ name, tool string }{
+		{"Server_URL beside server_url", `{` + ok + `,"Server_URL":"https://evil.example.net"}`},
+		{"SERVER_URL alone", `{"type":"mcp","SERVER_URL":"https://crm.example.com",` + ref + `}`},
+		{"serverUrl", `{` + ok + `,"serverUrl":"https://evil.example.net"}`},
+		{"server-url", `{` + ok + `,"server-url":"https://evil.example.net"}`},
+		{"connector_id elsewhere", `{` + ok + `,"connector_id":"connector_gmail"}`},
+		{"Connector_Id elsewhere", `{` + ok + `,"Connector_Id":"connector_gmail"}`},
+		{"tunnel_id elsewhere", `{` + ok + `,"tunnel_id":"tunnel_evil"}`},
+		{"project_connection_id elsewhere", `{` + ok + `,"project_connection_id":"evil-connection"}`},
+		{"projectConnectionId", `{` + ok + `,"projectConnectionId":"evil-connection"}`},
+		{"unknown url field", `{` + ok + `,"url":"https://evil.example.net"}`},
+		{"unknown endpoint field", `{` + ok + `,"endpoint":"evil.example.net"}`},
+		{"unknown field without a url", `{` + ok + `,"x_route":"evil"}`},
+		{"server_url not a string", `{"type":"mcp","server_url":{"host":"crm.example.com"},` + ref + `}`},
+		{"connector_id not a string", `{` + ok + `,"connector_id":["connector_gmail"]}`},
+		{"not an mcp tool", `{"type":"openapi","server_url":"https://crm.example.com",` + ref + `}`},
+		{"type in another case", `{"type":"MCP","server_url":"https://crm.example.com",` + ref + `}`},
+		{"no type", `{"server_url":"https://crm.example.com",` + ref + `}`},
+		{"no destination", `{"type":"mcp","server_url":"",` + ref + `}`},
+		{"only an allowed id of another secret", `{"type":"mcp","connector_id":"connector_dropbox",` + ref + `}`},
+		{"user information", `{"type":"mcp","server_url":"https://crm.example.com@evil.example.net/mcp",` + ref + `}`},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := r.ResolveTools([]json.RawMessage{json.RawMessage(tt.tool)})
+			if !errors.Is(err, secrets.ErrSecretNotAllowed) {
+				t.Fatalf("err = %v (out %s), want ErrSecretNotAllowed", err, out)
+			}
+		})
+	}
+	accepted := []struct{ name, tool string }{
+		{"every MCP field", `{` + ok + `,"server_description":"d","require_approval":{"never":{"tool_names":["a"]}},"allowed_tools":["a"],"defer_loading":false,"allowed_callers":["direct"],"authorization":"literal"}`},
+		{"null and empty destinations", `{` + ok + `,"connector_id":null,"tunnel_id":""}`},
+		{"an allowed connection beside an allowed server", `{` + ok + `,"project_connection_id":"crm-connection"}`},
+		{"an allowed connection alone", `{"type":"mcp","server_label":"crm","project_connection_id":"CRM-Connection",` + ref + `}`},
+	}
+	for _, tt := range accepted {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := r.ResolveTools([]json.RawMessage{json.RawMessage(tt.tool)})
+			if err != nil || !strings.Contains(string(out[0]), "crm-value-123") {
+				t.Fatalf("ResolveTools = %s, %v; want the secret resolved", out, err)
+			}
+		})
+	}
+}
+
+// A refusal is stored in run state, run events and dead letters, which
+// every submitter may read: it says what is wrong with the request, never
+// where a secret may go, where secrets are kept or what the variables are
+// called. Those go to the worker's log, at debug level.
+func TestRefusalsRevealNoConfiguration(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "unreadable"), 0o700); err != nil { // a directory: reading it fails
+		t.Fatal(err)
+	}
+	quiet := zerolog.New(&strings.Builder{}).Level(zerolog.InfoLevel) // replaced in each case
+	r, err := secrets.NewResolver(secrets.Config{
+		Dir:       dir,
+		EnvPrefix: "ACME_VAULT_",
+		LookupEnv: func(string) (string, bool) { return "", false },
+		Hosts: map[string][]string{
+			"crm-token":  {"crm.internal-hosts.example", "*.hidden-zone.example"},
+			"missing":    {"crm.internal-hosts.example"},
+			"unreadable": {"crm.internal-hosts.example"},
+		},
+		Logger: &quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := func(server, name string) json.RawMessage {
+		return json.RawMessage(`{"type":"mcp","server_label":"s","server_url":"` + server + `","headers":{"A":{"secret":"` + name + `"}}}`)
+	}
+	tests := []struct {
+		name   string
+		r      *secrets.Resolver
+		tool   json.RawMessage
+		err    error
+		hidden []string // in the log at debug, never in the error
+	}{
+		{"other host", r, tool("https://evil.example.net/mcp", "crm-token"), secrets.ErrSecretNotAllowed, []string{"crm.internal-hosts.example", "*.hidden-zone.example"}},
+		{"no hosts for the secret", r, tool("https://evil.example.net/mcp", "no-hosts"), secrets.ErrSecretNotAllowed, []string{"--secret-hosts"}},
+		{"connector elsewhere", r, json.RawMessage(`{"type":"mcp","connector_id":"connector_gmail","headers":{"A":{"secret":"crm-token"}}}`), secrets.ErrSecretNotAllowed, []string{"crm.internal-hosts.example", "*.hidden-zone.example"}},
+		{"not found", r, tool("https://crm.internal-hosts.example/mcp", "missing"), secrets.ErrSecretNotFound, []string{dir, "ACME_VAULT_MISSING"}},
+		{"unreadable", r, tool("https://crm.internal-hosts.example/mcp", "unreadable"), secrets.ErrSecretNotFound, []string{dir}},
+		{"no secret store", nil, tool("https://crm.internal-hosts.example/mcp", "crm-token"), secrets.ErrSecretNotFound, []string{"--secrets-dir", "FOUNDRYQ_SECRET_"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs strings.Builder
+			res := tt.r.WithLogger(zerolog.New(&logs).Level(zerolog.DebugLevel))
+			_, err := res.ResolveTools([]json.RawMessage{tt.tool})
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			for _, h := range append(tt.hidden, dir, "ACME_VAULT", "FOUNDRYQ_SECRET", "internal-hosts", "hidden-zone") {
+				if strings.Contains(err.Error(), h) {
+					t.Errorf("refusal %q names %q", err, h)
+				}
+			}
+			if !strings.Contains(err.Error(), "tools[0].headers.A") {
+				t.Errorf("refusal %q does not name the field", err)
+			}
+			var found bool
+			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var m map[string]any
+				if json.Unmarshal([]byte(l), &m) != nil || m["level"] != "debug" || m["field"] != "tools[0].headers.A" {
+					continue
+				}
+				all := true
+				for _, h := range tt.hidden {
+					all = all && strings.Contains(l, h)
+				}
+				found = found || all
+			}
+			if !found {
+				t.Errorf("no debug line with %q in the log:\n%s", tt.hidden, logs.String())
+			}
+		})
 	}
 }
