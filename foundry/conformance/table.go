@@ -13,6 +13,7 @@ const (
 	EmulatorOnly = "emulator only"
 	EndpointOnly = "endpoint only"
 	NotCompared  = "not compared"
+	NoEndpoint   = "no endpoint"
 )
 
 // Row is one line of the table: a behaviour, what each side gave, and
@@ -25,8 +26,8 @@ type Row struct {
 }
 
 // Compare pairs the results of the same cases on the emulator and on an
-// endpoint (endpoint nil or empty: not run). The two lists are matched by
-// case name, in the emulator's order.
+// endpoint (a case missing from endpoint, or endpoint nil: NoEndpoint).
+// The two lists are matched by case name, in the emulator's order.
 func Compare(emulator, endpoint []Result) []Row {
 	byName := make(map[string]Result, len(endpoint))
 	for _, r := range endpoint {
@@ -42,7 +43,9 @@ func Compare(emulator, endpoint []Result) []Row {
 		switch {
 		case em.NotRun != "":
 			row.Verdict = EndpointOnly
-		case !ran || ep.NotRun != "":
+		case !ran:
+			row.Verdict = NoEndpoint
+		case ep.NotRun != "":
 			row.Verdict = EmulatorOnly
 		case em.Err != nil || ep.Err != nil:
 			row.Verdict = NotCompared

@@ -24,7 +24,7 @@ func TestCompare(t *testing.T) {
 		{Case: "e", Observed: "ok"},
 		// f: not run at all
 	}
-	want := map[string]string{"a": Same, "b": Different, "c": EmulatorOnly, "d": EndpointOnly, "e": NotCompared, "f": EmulatorOnly}
+	want := map[string]string{"a": Same, "b": Different, "c": EmulatorOnly, "d": EndpointOnly, "e": NotCompared, "f": NoEndpoint}
 	rows := Compare(emu, ep)
 	if len(rows) != len(emu) {
 		t.Fatalf("%d rows", len(rows))
@@ -39,7 +39,7 @@ func TestCompare(t *testing.T) {
 	}
 	// Without an endpoint every row is the emulator's alone.
 	for _, r := range Compare(emu[:1], nil) {
-		if r.Verdict != EmulatorOnly || r.Endpoint != "not run" {
+		if r.Verdict != NoEndpoint || r.Endpoint != "not run" {
 			t.Errorf("no endpoint: %+v", r)
 		}
 	}
