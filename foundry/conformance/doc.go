@@ -19,7 +19,7 @@
 // without a person); a few run only on an endpoint (the emulator does not
 // model them). Case.EmulatorOnly and Case.EndpointOnly say why.
 //
-// Against a real endpoint the cases create six small responses (a prompt
+// Against a real endpoint the cases create seven small responses (a prompt
 // answered in a word, max_output_tokens 16): a few hundred tokens in all.
 // Set FOUNDRYQ_CONFORMANCE_ENDPOINT, FOUNDRYQ_CONFORMANCE_MODEL and either
 // FOUNDRYQ_CONFORMANCE_API_KEY or an Entra ID login that
