@@ -35,6 +35,7 @@ var layers = []layer{
 	{"gateway/...", []string{"events", "foundry", "internal/..."}},
 	{"consumer", []string{"events", "foundry", "internal/..."}},
 	{"events", []string{"internal/..."}},
+	{"foundry/conformance", []string{"foundry", "foundry/foundrytest", "internal/..."}},
 	{"foundry/foundrytest", []string{"foundry", "internal/..."}},
 	{"foundry", []string{"internal/..."}},
 	{"internal/...", []string{"internal/..."}},

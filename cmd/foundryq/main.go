@@ -38,6 +38,7 @@ var commands = map[string]command{
 	"dev":          {"embedded NATS + Foundry emulator + workers, for development", runDev, false},
 	"demo":         {"a self-contained demonstration of streaming and server-side cancel", runDemo, false},
 	"emulator":     {"serve the Foundry Responses API emulator", runEmulator, false},
+	"conformance":  {"compare the emulator with a real Azure OpenAI / Foundry endpoint, case by case", runConformance, false},
 	"bench":        {"measure foundryq (NATS, emulator, worker: separate processes) against a bare reader and raw JetStream", runBench, false},
 	"bench-reader": {"the bare SSE reader of foundryq bench", runBenchReader, true},
 	"gateway":      {"serve the HTTP/SSE API and the web console", runGateway, false},

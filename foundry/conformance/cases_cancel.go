@@ -1,0 +1,138 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// readUntil reads frames until one of type typ and returns the response id
+// seen so far.
+func readUntil(fr *frameReader, typ string) (string, error) {
+	id := ""
+	for {
+		f, err := fr.next()
+		if err == io.EOF {
+			return id, fmt.Errorf("the stream ended before %s", typ)
+		}
+		if err != nil {
+			return id, err
+		}
+		if r := f.snapshot(); r != nil && id == "" {
+			id = r.ID
+		}
+		if f.typ == typ {
+			if id == "" {
+				return "", errNoID
+			}
+			return id, nil
+		}
+		if f.terminal() {
+			return id, fmt.Errorf("the stream ended (%s) before %s", f.typ, typ)
+		}
+	}
+}
+
+var caseCancelRunning = Case{
+	Name: "cancel: a running response, twice",
+	Want: "cancel 200 cancelled; again 200 cancelled; GET 200 cancelled",
+	Source: "openai/openai-openapi POST /responses/{id}/cancel (200: the Response); Microsoft Learn \"Azure OpenAI Responses API\", " +
+		"Cancelling a background task (\"Canceling is idempotent—subsequent calls will return the final response object\"). " +
+		"On a fast deployment the response may finish before the cancel arrives (then: cancel 400 ... completed)",
+	Run: func(ctx context.Context, e *Endpoint) (string, error) {
+		// emu_token_ms keeps the emulator's response generating for 10 s;
+		// the service's is cancelled right after response.created, while
+		// a background response is usually still queued.
+		res, fr, err := e.openStream(ctx, "emu_token_ms", "2000")
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		id, err := readUntil(fr, "response.created")
+		if err != nil {
+			return "", err
+		}
+		var obs []string
+		for _, step := range []struct{ label, method, suffix string }{
+			{"cancel", http.MethodPost, "/cancel"},
+			{"again", http.MethodPost, "/cancel"},
+			{"GET", http.MethodGet, ""},
+		} {
+			_, _, o, err := e.visible(ctx, step.method, "responses/"+id+step.suffix, nil, true)
+			if err != nil {
+				return "", err
+			}
+			obs = append(obs, step.label+" "+o)
+		}
+		return strings.Join(obs, "; "), nil
+	},
+}
+
+var caseCancelQueued = Case{
+	Name: "cancel: a queued response",
+	Want: "GET 200 queued; cancel 200 cancelled; GET 200 cancelled",
+	Source: "openai/openai-openapi Response.status (queued); OpenAI guide \"Background mode\" " +
+		"(queued and in_progress are not final; any background response can be cancelled)",
+	EmulatorOnly: "the service decides how long a response stays queued; the emulator holds one there (emu_queued_ms)",
+	Run: func(ctx context.Context, e *Endpoint) (string, error) {
+		res, fr, err := e.openStream(ctx, "emu_queued_ms", "600000")
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		id, err := readUntil(fr, "response.queued")
+		if err != nil {
+			return "", err
+		}
+		var obs []string
+		for _, step := range []struct{ label, method, suffix string }{
+			{"GET", http.MethodGet, ""},
+			{"cancel", http.MethodPost, "/cancel"},
+			{"GET", http.MethodGet, ""},
+		} {
+			_, _, o, err := e.visible(ctx, step.method, "responses/"+id+step.suffix, nil, true)
+			if err != nil {
+				return "", err
+			}
+			obs = append(obs, step.label+" "+o)
+		}
+		return strings.Join(obs, "; "), nil
+	},
+}
+
+var caseCancelCompleted = Case{
+	Name:   "cancel: a completed response",
+	Want:   `400 invalid_request_error "Cannot cancel a completed response"`,
+	Source: "BerriAI/litellm #39617 (quotes a live run: 400 invalid_request_error \"Cannot cancel a completed response.\")",
+	Run: func(ctx context.Context, e *Endpoint) (string, error) {
+		id, _, err := e.streamed(ctx)
+		if err != nil {
+			return "", err
+		}
+		_, _, obs, err := e.visible(ctx, http.MethodPost, "responses/"+id+"/cancel", nil, true)
+		return obs, err
+	},
+}
+
+// unknownID looks like a response id and names none.
+const unknownID = "resp_" + "00000000000000000000000000000000000000000000000000"
+
+var caseUnknownID = Case{
+	Name: "unknown response id",
+	Want: "GET 404 invalid_request_error; cancel 404 invalid_request_error",
+	Source: "openai/openai-openapi GET and POST .../cancel of /responses/{id} (404 with the Error object); " +
+		"the service answers \"Response with id '...' not found.\"",
+	Run: func(ctx context.Context, e *Endpoint) (string, error) {
+		_, _, get, err := e.call(ctx, http.MethodGet, "responses/"+unknownID, nil, false)
+		if err != nil {
+			return "", err
+		}
+		_, _, cancel, err := e.call(ctx, http.MethodPost, "responses/"+unknownID+"/cancel", nil, false)
+		if err != nil {
+			return "", err
+		}
+		return "GET " + get + "; cancel " + cancel, nil
+	},
+}
