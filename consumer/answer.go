@@ -426,7 +426,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 		submitted = job.Time
 	}
 	w.m.runEnded(end, submitted)
-	return events.CancelReply{RunID: runID, Result: events.CancelCancelled}, nil
+	return events.CancelReply{RunID: runID, Result: events.CancelCancelled, UpstreamStatus: end.UpstreamStatus}, nil
 }
 
 // notTakenUnrecorded answers a cancel of a run no worker has taken when

@@ -192,6 +192,15 @@ func printEvent(ev events.RunEvent, stdout, stderr io.Writer) {
 			line += ": " + ev.Error.Message
 		}
 		fmt.Fprintln(stderr, line+"]")
+	case events.TypeInputRequired:
+		fmt.Fprintln(stdout)
+		for _, it := range ev.Items {
+			fmt.Fprintln(stderr, describeAsked(ev.RunID, it))
+		}
+	case events.TypeInputReceived:
+		fmt.Fprintf(stderr, "[answer to %s received]\n", ev.Input.ID)
+	case events.TypeStepStarted:
+		fmt.Fprintf(stderr, "[step %d started: response %s]\n", ev.Step, ev.ResponseID)
 	case events.TypeRunCompleted:
 		fmt.Fprintln(stdout)
 		line := "[run completed"
@@ -220,6 +229,16 @@ func printEvent(ev events.RunEvent, stdout, stderr io.Writer) {
 	default:
 		fmt.Fprintf(stderr, "[%s]\n", ev.Type)
 	}
+}
+
+// describeAsked says what a waiting run asks and how to answer it.
+func describeAsked(runID string, it events.InputItem) string {
+	if it.Kind == events.InputApproval {
+		return fmt.Sprintf("[run %s waits for approval of %s on MCP server %s, arguments %s;\n answer: foundryq approve %s %s   (or --deny --reason TEXT)]",
+			runID, it.Name, it.ServerLabel, it.Arguments, runID, it.ID)
+	}
+	return fmt.Sprintf("[run %s waits for the output of function %s, arguments %s;\n answer: foundryq output %s %s --output JSON   (or --output @FILE)]",
+		runID, it.Name, it.Arguments, runID, it.ID)
 }
 
 func usageText(ev events.RunEvent) string {
@@ -278,6 +297,9 @@ func describeCancel(r events.CancelReply) string {
 		}
 		return s + ". Foundry's outcome follows on the run's events (" + watch + ")"
 	case events.CancelCancelled:
+		if r.UpstreamStatus != "" {
+			return "run " + r.RunID + ": cancelled while it waited for answers; its last response had ended (Foundry status: " + r.UpstreamStatus + ")"
+		}
 		return "run " + r.RunID + ": cancelled before it started; Foundry was never called"
 	case events.CancelAlreadyFinished:
 		if r.Terminal == events.TypeRunCancelled {

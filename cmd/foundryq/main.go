@@ -34,6 +34,8 @@ var commands = map[string]command{
 	"submit":       {"submit a run request (and optionally watch it)", runSubmit, false},
 	"watch":        {"follow a run's events: text to stdout, lifecycle to stderr", runWatch, false},
 	"cancel":       {"cancel a run server-side", runCancel, false},
+	"approve":      {"approve (or --deny) an MCP tool call a waiting run asks about", runApprove, false},
+	"output":       {"send the output of a function call a waiting run asks for", runOutput, false},
 	"runs":         {"show the recorded state of one run or of all runs", runRuns, false},
 	"dev":          {"embedded NATS + Foundry emulator + workers, for development", runDev, false},
 	"demo":         {"a self-contained demonstration of streaming and server-side cancel", runDemo, false},
