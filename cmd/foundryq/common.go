@@ -133,6 +133,7 @@ var secretSettings = []struct {
 	{"foundry-api-key", "FOUNDRY_API_KEY", false},
 	{"foundry-endpoint", "FOUNDRY_ENDPOINT", true},
 	{"emulator-api-key", "FOUNDRYQ_EMULATOR_API_KEY", false},
+	{"callbacks-secret", "FOUNDRYQ_GATEWAY_CALLBACKS_SECRET", false},
 }
 
 // secretURLSetting reports whether the setting name holds URLs whose
