@@ -180,6 +180,17 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	hash := gateway.HashToken("t")
 	one := []gateway.Tenant{{Name: "a", TokenSHA256: []string{hash}}}
+	dir := t.TempDir()
+	keyFile, shortFile := filepath.Join(dir, "key"), filepath.Join(dir, "short")
+	if err := os.WriteFile(keyFile, []byte("a-callback-key-of-the-tenant\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shortFile, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keyed := func(files ...string) []gateway.Tenant {
+		return []gateway.Tenant{{Name: "a", TokenSHA256: []string{hash}, CallbackSecretFiles: files}}
+	}
 	cases := []struct {
 		name string
 		cfg  gateway.Config
@@ -201,6 +212,18 @@ func TestConfigValidate(t *testing.T) {
 		{"small body limit", gateway.Config{MaxBodyBytes: 10, Tenants: one}, "MaxBodyBytes"},
 		{"list limit", gateway.Config{ListLimit: 5000, Tenants: one}, "ListLimit"},
 		{"short secret", gateway.Config{Callbacks: gateway.CallbackConfig{Secret: []byte("short")}, Tenants: one}, "at least 16 bytes"},
+		{"tenant key", gateway.Config{Tenants: keyed(keyFile)}, ""},
+		{"tenant keys rotating", gateway.Config{Tenants: keyed(keyFile, keyFile)}, ""},
+		{"three tenant keys", gateway.Config{Tenants: keyed(keyFile, keyFile, keyFile)}, "at most 2"},
+		{"short tenant key", gateway.Config{Tenants: keyed(shortFile)}, "at least 16"},
+		{"missing tenant key", gateway.Config{Tenants: keyed(filepath.Join(dir, "none"))}, "callback_secret_files[0]"},
+		{"tenant key, bad callback setting", gateway.Config{Tenants: keyed(keyFile), Callbacks: gateway.CallbackConfig{MaxAttempts: 1000}}, "MaxAttempts"},
+		{"no auth any addr without hosts", gateway.Config{Addr: "0.0.0.0:8080", NoAuth: true, NoAuthAnyAddr: true, Tenants: []gateway.Tenant{{Name: "dev"}}}, "AllowedHosts"},
+		{"no auth any addr with hosts", gateway.Config{Addr: "0.0.0.0:8080", NoAuth: true, NoAuthAnyAddr: true, AllowedHosts: []string{"gw.example.com"}, Tenants: []gateway.Tenant{{Name: "dev"}}}, ""},
+		{"host with a port", gateway.Config{AllowedHosts: []string{"gw.example.com:80"}, Tenants: one}, "AllowedHosts"},
+		{"streams", gateway.Config{MaxStreamsPerToken: -1, Tenants: one}, "MaxStreamsPerToken"},
+		{"rate", gateway.Config{RateLimit: -1, Tenants: one}, "RateLimit"},
+		{"read timeout", gateway.Config{ReadTimeout: time.Millisecond, Tenants: one}, "ReadTimeout"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

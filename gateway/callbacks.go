@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
+	"net/netip"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,13 +22,21 @@ import (
 // there, signed (HeaderSignature), retried with backoff, at least once
 // (across gateway restarts), and dead-lettered after the last attempt.
 type CallbackConfig struct {
-	// Secret keys the HMAC-SHA256 signature of every callback; callbacks
-	// are off without it. At least 16 bytes.
+	// Secret is the gateway-wide key of the first signature version
+	// (HeaderSignature, over timestamp and body only) on every tenant's
+	// callbacks. Every tenant's receivers must know it, so any of them
+	// could sign another's callbacks: give tenants keys of their own
+	// (Tenant.CallbackSecretFiles, signature v2) and drop it once their
+	// receivers check v2. At least 16 bytes. Callbacks are on for a tenant
+	// when this or a key of its own is set.
 	Secret []byte
 	// AllowLoopback accepts callback URLs on loopback addresses
-	// (127.0.0.0/8, ::1, localhost). For development only. Link-local,
-	// multicast and unspecified addresses are always refused.
+	// (127.0.0.0/8, ::1, localhost). For development only.
 	AllowLoopback bool
+	// AllowCIDRs are ranges callbacks may reach although they are refused
+	// by default (private, shared, link-local, unique-local, IPv4 embedded
+	// in IPv6, cloud-internal: see callbackaddr.go). Default none.
+	AllowCIDRs []netip.Prefix
 	// MaxAttempts is how many times a callback is tried before it goes to
 	// the dead letters. Default 8.
 	MaxAttempts int
@@ -75,11 +82,12 @@ func (c CallbackConfig) withDefaults() CallbackConfig {
 	return c
 }
 
-func (c CallbackConfig) validate() error {
+// validate checks the settings; on says whether any tenant has callbacks.
+func (c CallbackConfig) validate(on bool) error {
 	switch {
-	case len(c.Secret) == 0:
+	case !on && len(c.Secret) == 0:
 		return nil // off: the rest does not matter
-	case len(c.Secret) < 16:
+	case len(c.Secret) > 0 && len(c.Secret) < 16:
 		return fmt.Errorf("gateway: Callbacks.Secret must be at least 16 bytes, got %d", len(c.Secret))
 	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
 		return fmt.Errorf("gateway: Callbacks.MaxAttempts %d must be between 1 and 100", c.MaxAttempts)
@@ -93,6 +101,11 @@ func (c CallbackConfig) validate() error {
 		return fmt.Errorf("gateway: Callbacks.TTL %s must be at least 1m", c.TTL)
 	case c.DeadMaxAge < time.Minute:
 		return fmt.Errorf("gateway: Callbacks.DeadMaxAge %s must be at least 1m", c.DeadMaxAge)
+	}
+	for _, p := range c.AllowCIDRs {
+		if !p.IsValid() {
+			return errors.New("gateway: Callbacks.AllowCIDRs holds an invalid prefix")
+		}
 	}
 	return nil
 }
@@ -170,14 +183,18 @@ type callbacks struct {
 	log   zerolog.Logger
 	http  *http.Client
 	kv    jetstream.KeyValue // set by provision
+
+	resolver resolver                                                          // names of callback hosts
+	dialAddr func(ctx context.Context, network, addr string) (net.Conn, error) // connects to a checked address
 }
 
 func newCallbacks(cfg CallbackConfig, t *tenant, log zerolog.Logger) *callbacks {
 	names, _ := NewCallbackNames(t.cfg.Prefix) // checked by Config.validate
-	c := &callbacks{cfg: cfg, t: t, names: names, log: log}
+	c := &callbacks{cfg: cfg, t: t, names: names, log: log, resolver: net.DefaultResolver}
 	dialer := &net.Dialer{Timeout: cfg.Timeout, Control: c.dialControl}
+	c.dialAddr = dialer.DialContext
 	tr := &http.Transport{
-		DialContext:           dialer.DialContext,
+		DialContext:           c.dial,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          64,
 		IdleConnTimeout:       90 * time.Second,
@@ -341,61 +358,4 @@ func (c *callbacks) terminalEvent(ctx context.Context, st events.RunState) (even
 		return events.RunEvent{}, fmt.Errorf("run %s: last event %s is not terminal yet", st.RunID, ev.Type)
 	}
 	return ev, nil
-}
-
-// checkURL is the check of a callback_url at POST time.
-func (c *callbacks) checkURL(raw string) error {
-	if len(raw) > 2048 {
-		return errors.New("longer than 2048 characters")
-	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		return errors.New("want an absolute http or https URL")
-	}
-	if u.User != nil {
-		return errors.New("must not carry credentials (the callback is signed: check Foundryq-Signature instead)")
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		if !c.cfg.AllowLoopback {
-			return errors.New("loopback addresses are refused (allowed only in development: --callbacks-allow-loopback)")
-		}
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		return c.checkIP(ip)
-	}
-	return nil
-}
-
-// checkIP refuses addresses a callback must never reach: loopback (unless
-// AllowLoopback), link-local (cloud metadata services), multicast and
-// unspecified addresses.
-func (c *callbacks) checkIP(ip net.IP) error {
-	switch {
-	case ip.IsLoopback():
-		if !c.cfg.AllowLoopback {
-			return errors.New("loopback addresses are refused (allowed only in development: --callbacks-allow-loopback)")
-		}
-	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(), ip.IsMulticast(), ip.IsUnspecified(), ip.IsInterfaceLocalMulticast():
-		return fmt.Errorf("address %s is refused (link-local, multicast or unspecified)", ip)
-	}
-	return nil
-}
-
-// dialControl applies checkIP to the address a callback actually
-// connects to, after name resolution (a name may resolve to loopback).
-func (c *callbacks) dialControl(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return err
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return fmt.Errorf("callback: dial %s: not an IP address", address)
-	}
-	if err := c.checkIP(ip); err != nil {
-		return fmt.Errorf("callback: dial %s: %w", address, err)
-	}
-	return nil
 }

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +21,10 @@ import (
 	"github.com/foundryq/foundryq/internal/testkit"
 )
 
-var testSecret = []byte("0123456789abcdef-test-secret")
+var (
+	testSecret = []byte("0123456789abcdef-test-secret") // gateway-wide (first version)
+	tenantKey  = []byte("tenant-default-callback-key")  // the test tenant's own (v2)
+)
 
 // receiver is an httptest server that records callbacks and answers
 // each with the status fail(n) says (n counts from 1).
@@ -64,12 +69,17 @@ func callbackConfig() gateway.CallbackConfig {
 	return gateway.CallbackConfig{Secret: testSecret, AllowLoopback: true, Backoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 }
 
-// checkCallback verifies a callback's signature and that its body is the
-// run's terminal event as stored on NATS.
-func (e *env) checkCallback(t *testing.T, c callback, runID string, attempt int) {
+// checkCallback verifies a callback's signatures (both versions: the
+// test gateways have a gateway-wide secret and a tenant key) and that its
+// body is the run's terminal event as stored on NATS.
+func (e *env) checkCallback(t *testing.T, c callback, url, runID string, attempt int) {
 	t.Helper()
 	if err := gateway.VerifySignature(testSecret, c.header, c.body, time.Minute, time.Now()); err != nil {
 		t.Fatalf("callback signature: %v (headers %v)", err, c.header)
+	}
+	v := gateway.Verifier{Tenant: "default", URL: url, Keys: [][]byte{tenantKey}}
+	if err := v.Verify(c.header, c.body, time.Now()); err != nil {
+		t.Fatalf("callback signature v2: %v (headers %v)", err, c.header)
 	}
 	evs := e.watchAll(runID)
 	end := evs[len(evs)-1]
@@ -99,7 +109,7 @@ func TestCallbackDelivered(t *testing.T) {
 		t.Fatalf("create: %+v", cr)
 	}
 	testkit.Eventually(t, 30*time.Second, "the callback", func() bool { return len(rcv.calls()) >= 1 })
-	e.checkCallback(t, rcv.calls()[0], cr.RunID, 1)
+	e.checkCallback(t, rcv.calls()[0], rcv.URL+"/done", cr.RunID, 1)
 
 	// A retry of the same request and callback is the existing run; another
 	// callback_url for it is a conflict.
@@ -135,7 +145,7 @@ func TestCallbackRetried(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "three attempts", func() bool { return len(rcv.calls()) >= 3 })
 	calls := rcv.calls()
 	for i, c := range calls[:3] {
-		e.checkCallback(t, c, cr.RunID, i+1)
+		e.checkCallback(t, c, rcv.URL, cr.RunID, i+1)
 		if string(c.body) != string(calls[0].body) {
 			t.Fatal("attempts carried different bodies")
 		}
@@ -205,7 +215,7 @@ func TestCallbackAcrossRestart(t *testing.T) {
 	}
 	e.gateway(gateway.Config{Callbacks: callbackConfig()})
 	testkit.Eventually(t, 30*time.Second, "the callback from the second gateway", func() bool { return len(rcv.calls()) >= 1 })
-	e.checkCallback(t, rcv.calls()[0], cr.RunID, 1)
+	e.checkCallback(t, rcv.calls()[0], rcv.URL, cr.RunID, 1)
 	if evs[len(evs)-1].Type != events.TypeRunCompleted {
 		t.Fatalf("end %+v", evs[len(evs)-1])
 	}
@@ -227,7 +237,39 @@ func TestCallbackForAFinishedRun(t *testing.T) {
 		t.Fatalf("retry with a callback: %d %s", r.status, r.body)
 	}
 	testkit.Eventually(t, 30*time.Second, "the callback", func() bool { return len(rcv.calls()) >= 1 })
-	e.checkCallback(t, rcv.calls()[0], cr.RunID, 1)
+	e.checkCallback(t, rcv.calls()[0], rcv.URL, cr.RunID, 1)
+}
+
+// A tenant with a key of its own and no gateway-wide secret gets its
+// callbacks, signed with v2 only.
+func TestCallbackTenantKeyOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	cfg := callbackConfig()
+	cfg.Secret = nil
+	nc, err := e.ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	g := e.gateway(gateway.Config{Callbacks: cfg, NoAuth: true,
+		Tenants: []gateway.Tenant{{Name: "default", Conn: nc, CallbackSecrets: [][]byte{tenantKey}}}})
+	rcv := newReceiver(t, nil)
+	req := runRequest(nil)
+	req["callback_url"] = rcv.URL + "/v2"
+	cr := g.create(t, req)
+	testkit.Eventually(t, 30*time.Second, "the callback", func() bool { return len(rcv.calls()) >= 1 })
+	c := rcv.calls()[0]
+	if c.header.Get(gateway.HeaderSignature) != "" {
+		t.Fatalf("a first-version signature without a gateway-wide secret: %v", c.header)
+	}
+	v := gateway.Verifier{Tenant: "default", URL: rcv.URL + "/v2", Keys: [][]byte{tenantKey}}
+	if err := v.Verify(c.header, c.body, time.Now()); err != nil {
+		t.Fatalf("v2: %v (%v)", err, c.header)
+	}
+	if !strings.HasPrefix(c.header.Get(gateway.HeaderDeliveryID), cr.RunID+":") {
+		t.Fatalf("delivery id %q for run %s", c.header.Get(gateway.HeaderDeliveryID), cr.RunID)
+	}
 }
 
 func TestCallbackURLRules(t *testing.T) {
@@ -238,7 +280,8 @@ func TestCallbackURLRules(t *testing.T) {
 	g := e.gateway(gateway.Config{Callbacks: cfg})
 	for _, u := range []string{
 		"http://127.0.0.1:9/cb", "http://localhost/cb", "http://[::1]/cb", "http://169.254.169.254/latest/meta-data",
-		"http://0.0.0.0/", "ftp://example.com/x", "/relative", "https://user:pw@example.com/cb", "",
+		"http://0.0.0.0/", "http://10.0.0.1/cb", "http://192.168.1.1/", "http://172.16.0.1/", "http://100.100.100.200/",
+		"http://168.63.129.16/", "http://[fd00:ec2::254]/", "http://[64:ff9b::a9fe:a9fe]/", "ftp://example.com/x", "/relative", "https://user:pw@example.com/cb", "",
 	} {
 		req := runRequest(nil)
 		req["callback_url"] = u
@@ -275,5 +318,85 @@ func TestSignature(t *testing.T) {
 	}
 	if err := gateway.VerifySignature(testSecret, h, body, time.Minute, now.Add(2*time.Minute)); !errors.Is(err, gateway.ErrStaleRequest) {
 		t.Fatalf("old request: %v", err)
+	}
+}
+
+// The v2 signature covers tenant, delivery id, event type, attempt, URL,
+// timestamp and body: changing any of them, or verifying as another
+// tenant or with another tenant's key, fails; during a rotation either
+// key passes.
+func TestSignatureV2(t *testing.T) {
+	t.Parallel()
+	keyA, keyB, keyB2 := []byte("tenant-a-key-0123456789"), []byte("tenant-b-key-0123456789"), []byte("tenant-b-next-key-01234")
+	body := []byte(`{"run_id":"run_1","seq":7,"type":"run.completed","status":"completed"}`)
+	now := time.Unix(1_800_000_000, 0)
+	const url = "https://b.example.com/hooks/foundryq"
+	m := gateway.SignedCallback{Tenant: "b", DeliveryID: "run_1:7", EventType: "run.completed", Attempt: 2, URL: url,
+		Timestamp: strconv.FormatInt(now.Unix(), 10), Body: body}
+	headers := func(m gateway.SignedCallback, sigs ...string) http.Header {
+		h := http.Header{}
+		h.Set(gateway.HeaderTimestamp, m.Timestamp)
+		h.Set(gateway.HeaderDeliveryID, m.DeliveryID)
+		h.Set(gateway.HeaderEventType, m.EventType)
+		h.Set(gateway.HeaderAttempt, strconv.Itoa(m.Attempt))
+		h.Set(gateway.HeaderSignatureV2, strings.Join(sigs, ", "))
+		return h
+	}
+	b := gateway.Verifier{Tenant: "b", URL: url, Keys: [][]byte{keyB}, Tolerance: time.Minute}
+	if err := b.Verify(headers(m, gateway.SignV2(keyB, m)), body, now); err != nil {
+		t.Fatalf("a genuine callback: %v", err)
+	}
+	// Tenant A, who knows only its own key, cannot sign for B, even
+	// naming B as the tenant.
+	if err := b.Verify(headers(m, gateway.SignV2(keyA, m)), body, now); !errors.Is(err, gateway.ErrBadSignature) {
+		t.Errorf("signed with A's key: %v", err)
+	}
+	// A genuine callback of A (same run id: run ids repeat across tenants)
+	// does not pass as B's.
+	ma := m
+	ma.Tenant = "a"
+	if err := (gateway.Verifier{Tenant: "b", URL: url, Keys: [][]byte{keyA, keyB}}).Verify(headers(ma, gateway.SignV2(keyA, ma)), body, now); !errors.Is(err, gateway.ErrBadSignature) {
+		t.Errorf("A's callback at B's receiver: %v", err)
+	}
+	// A captured delivery replayed with another delivery id, attempt, event
+	// type, URL or body fails.
+	genuine := gateway.SignV2(keyB, m)
+	for name, change := range map[string]func(h http.Header){
+		"delivery id": func(h http.Header) { h.Set(gateway.HeaderDeliveryID, "run_1:8") },
+		"attempt":     func(h http.Header) { h.Set(gateway.HeaderAttempt, "3") },
+		"event type":  func(h http.Header) { h.Set(gateway.HeaderEventType, "run.failed") },
+		"timestamp":   func(h http.Header) { h.Set(gateway.HeaderTimestamp, strconv.FormatInt(now.Unix()+1, 10)) },
+		"no v2":       func(h http.Header) { h.Del(gateway.HeaderSignatureV2) },
+	} {
+		h := headers(m, genuine)
+		change(h)
+		if err := b.Verify(h, body, now); !errors.Is(err, gateway.ErrBadSignature) {
+			t.Errorf("changed %s: %v", name, err)
+		}
+	}
+	if err := b.Verify(headers(m, genuine), append([]byte(nil), bytes.Replace(body, []byte("completed"), []byte("failed"), 1)...), now); !errors.Is(err, gateway.ErrBadSignature) {
+		t.Errorf("changed body: %v", err)
+	}
+	other := b
+	other.URL = "https://b.example.com/other"
+	if err := other.Verify(headers(m, genuine), body, now); !errors.Is(err, gateway.ErrBadSignature) {
+		t.Errorf("delivered to another URL: %v", err)
+	}
+	// Headers that disagree with the body, both signed (a delivery id that
+	// is not the body's run:seq) fail.
+	mx := m
+	mx.DeliveryID = "run_2:7"
+	if err := b.Verify(headers(mx, gateway.SignV2(keyB, mx)), body, now); !errors.Is(err, gateway.ErrBadSignature) {
+		t.Errorf("a delivery id that is not the body's: %v", err)
+	}
+	if err := b.Verify(headers(m, genuine), body, now.Add(2*time.Minute)); !errors.Is(err, gateway.ErrStaleRequest) {
+		t.Errorf("old: %v", err)
+	}
+	// Rotation: the gateway signs with both keys; a receiver with either passes.
+	both := headers(m, gateway.SignV2(keyB, m), gateway.SignV2(keyB2, m))
+	for _, k := range [][]byte{keyB, keyB2} {
+		if err := (gateway.Verifier{Tenant: "b", URL: url, Keys: [][]byte{k}}).Verify(both, body, now); err != nil {
+			t.Errorf("rotation: %v", err)
+		}
 	}
 }

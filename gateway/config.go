@@ -24,6 +24,13 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultListLimit       = 100
 	MaxListLimit           = 1000
+
+	DefaultReadTimeout        = 30 * time.Second
+	DefaultReadHeaderTimeout  = 10 * time.Second
+	DefaultIdleTimeout        = 2 * time.Minute
+	DefaultMaxStreamsPerToken = 32
+	DefaultRateLimit          = 20.0
+	DefaultRateBurst          = 40
 )
 
 // Config configures a Gateway. Zero fields take the defaults noted on each.
@@ -71,6 +78,33 @@ type Config struct {
 	// a worker that does not answer. It is the events client's
 	// ClientConfig.CancelTimeout; default events.DefaultCancelTimeout (5s).
 	CancelTimeout time.Duration
+	// ReadTimeout bounds reading a request's body, from the end of its
+	// headers: a client that sends it slower is answered 408 and
+	// disconnected. Requests without a body (event streams) are not
+	// affected. Default 30s.
+	ReadTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout is how long a kept-alive connection may wait for its
+	// next request. Default 2m.
+	IdleTimeout time.Duration
+	// AllowedHosts are the host names (Host header, port aside) the
+	// gateway answers: a request for another host is refused with 403
+	// (DNS rebinding: a page of another site whose name resolves to the
+	// gateway). With NoAuth the default is localhost, 127.0.0.1, ::1 and
+	// the host of Addr, and NoAuthAnyAddr requires the list; with tokens
+	// the default is any host. /healthz answers any host.
+	AllowedHosts []string
+	// MaxStreamsPerToken bounds the event streams open at once with one
+	// token (without authentication: from one client address); one more
+	// is refused with 429 and Retry-After. Default 32.
+	MaxStreamsPerToken int
+	// RateLimit is the requests per second one token (without
+	// authentication: one client address) may make, on average, with
+	// bursts of RateBurst; beyond, 429 with Retry-After. Default 20/s,
+	// bursts of 40.
+	RateLimit float64
+	RateBurst int
 	// ShutdownTimeout bounds the graceful shutdown of the HTTP server when
 	// Run's context ends (event streams are ended at once). Default 10s.
 	ShutdownTimeout time.Duration
@@ -81,7 +115,8 @@ type Config struct {
 	// carries bearer tokens). Default: plain HTTP.
 	TLSCertFile, TLSKeyFile string
 	// Callbacks configures completion callbacks (callback_url on POST
-	// /v1/runs). Off unless Callbacks.Secret is set.
+	// /v1/runs). Off for a tenant unless Callbacks.Secret or a key of the
+	// tenant's own (Tenant.CallbackSecretFiles) is set.
 	Callbacks CallbackConfig
 	// Logger receives the gateway's logs. Default: disabled.
 	Logger *zerolog.Logger
@@ -114,6 +149,30 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ListLimit == 0 {
 		c.ListLimit = DefaultListLimit
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxStreamsPerToken == 0 {
+		c.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	if c.RateLimit == 0 {
+		c.RateLimit = DefaultRateLimit
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = DefaultRateBurst
+	}
+	if c.NoAuth && !c.NoAuthAnyAddr && len(c.AllowedHosts) == 0 {
+		c.AllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
+		if host, _, err := net.SplitHostPort(c.Addr); err == nil && host != "" {
+			c.AllowedHosts = append(c.AllowedHosts, host)
+		}
 	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
@@ -152,10 +211,23 @@ func (c Config) validate() error {
 		return fmt.Errorf("gateway: WatchHeartbeat %s must be at least 10ms", c.WatchHeartbeat)
 	case c.WriteTimeout < 0, c.CancelTimeout < 0, c.ShutdownTimeout < 0:
 		return errors.New("gateway: WriteTimeout, CancelTimeout and ShutdownTimeout must not be negative")
+	case c.ReadTimeout < 10*time.Millisecond, c.ReadHeaderTimeout < 10*time.Millisecond, c.IdleTimeout < 10*time.Millisecond:
+		return fmt.Errorf("gateway: ReadTimeout %s, ReadHeaderTimeout %s and IdleTimeout %s must be at least 10ms", c.ReadTimeout, c.ReadHeaderTimeout, c.IdleTimeout)
+	case c.MaxStreamsPerToken < 1:
+		return fmt.Errorf("gateway: MaxStreamsPerToken %d must be at least 1", c.MaxStreamsPerToken)
+	case c.RateLimit <= 0 || c.RateBurst < 1:
+		return fmt.Errorf("gateway: RateLimit %g must be above 0 and RateBurst %d at least 1", c.RateLimit, c.RateBurst)
+	case c.NoAuth && c.NoAuthAnyAddr && len(c.AllowedHosts) == 0:
+		return errors.New("gateway: NoAuthAnyAddr needs AllowedHosts: the host names the proxy in front forwards (an open gateway answering any Host can be reached by DNS rebinding)")
 	case c.ListLimit < 1 || c.ListLimit > MaxListLimit:
 		return fmt.Errorf("gateway: ListLimit %d must be between 1 and %d", c.ListLimit, MaxListLimit)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return errors.New("gateway: TLSCertFile and TLSKeyFile go together: set both or neither")
+	}
+	for _, h := range c.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/:@ ") && net.ParseIP(h) == nil {
+			return fmt.Errorf("gateway: AllowedHosts: %q is not a host name (without scheme or port)", h)
+		}
 	}
 	for _, o := range c.CORSOrigins {
 		if o == "*" {
@@ -166,7 +238,11 @@ func (c Config) validate() error {
 			return fmt.Errorf("gateway: CORSOrigins: %q is not an origin (want scheme://host[:port], or *)", o)
 		}
 	}
-	if err := c.Callbacks.validate(); err != nil {
+	on := len(c.Callbacks.Secret) > 0
+	for _, t := range c.Tenants {
+		on = on || len(t.CallbackSecretFiles)+len(t.CallbackSecrets) > 0
+	}
+	if err := c.Callbacks.validate(on); err != nil {
 		return err
 	}
 	return c.validateTenants(host)
@@ -200,6 +276,9 @@ func (c Config) validateTenants(host string) error {
 		if !c.NoAuth && len(t.TokenSHA256) == 0 {
 			return fmt.Errorf("gateway: tenant %q has no token_sha256", t.Name)
 		}
+		if _, err := t.callbackKeys(); err != nil {
+			return err
+		}
 		for j, h := range t.TokenSHA256 {
 			n, err := normalizeHash(h)
 			if err != nil {
@@ -220,6 +299,25 @@ func isLoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// hostAllowed reports whether a request's Host header names a host the
+// gateway answers.
+func (c Config) hostAllowed(hostport string) bool {
+	if len(c.AllowedHosts) == 0 {
+		return true
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	for _, a := range c.AllowedHosts {
+		if strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
 }
 
 // corsAllowed reports whether origin may call the API.

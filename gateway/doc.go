@@ -22,9 +22,18 @@
 // Completion callbacks (CallbackConfig) are delivered by a notifier in the
 // gateway process: registrations in the gateway's own KV bucket, a durable
 // consumer on the state bucket's stream that queues a delivery when a run
-// ends, durable senders that sign (Sign, VerifySignature), retry with
-// backoff and dead-letter. Files: one concept each (gateway.go: Run and
-// routing; runs.go, stream.go, follow.go, cancel.go: the endpoints;
-// auth.go, tenant.go, cors.go, errors.go; callbacks.go, notifier.go,
-// signature.go; console.go and console/).
+// ends, durable senders that sign (with each tenant's own keys: SignV2 and
+// Verifier; with the gateway-wide secret while it is set: Sign and
+// VerifySignature), retry with backoff and dead-letter. A callback reaches
+// no private, shared, link-local, unique-local or cloud-internal address,
+// checked again after name resolution, unless the operator allows it.
+//
+// Every request passes guard first: the Host allow-list, CORS, the refusal
+// of unsafe methods from other origins, and a deadline on its body; then
+// per-token limits (requests per second, open event streams).
+//
+// Files: one concept each (gateway.go: Run and routing; runs.go,
+// stream.go, follow.go, cancel.go: the endpoints; auth.go, tenant.go,
+// guard.go, limits.go, cors.go, errors.go; callbacks.go, callbackaddr.go,
+// notifier.go, signature.go; console.go and console/).
 package gateway

@@ -44,6 +44,7 @@ type Gateway struct {
 	endStreams context.CancelFunc
 
 	liveBuffer int // see defaultLiveBuffer; tests make it small
+	limits     *limits
 }
 
 // tenant is a tenant at run time: its connection and clients.
@@ -55,6 +56,7 @@ type tenant struct {
 	js     jetstream.JetStream
 	names  events.Names
 	cb     *callbacks // nil when callbacks are off
+	cbKeys [][]byte   // the tenant's own callback keys (signature v2)
 }
 
 // New checks cfg and returns a Gateway; Run connects and serves.
@@ -63,11 +65,15 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, log: *cfg.Logger, byDigest: map[string]*tenant{}, ready: make(chan struct{}), liveBuffer: defaultLiveBuffer}
+	g := &Gateway{cfg: cfg, log: *cfg.Logger, byDigest: map[string]*tenant{}, ready: make(chan struct{}), liveBuffer: defaultLiveBuffer, limits: newLimits(cfg)}
 	g.streams, g.endStreams = context.WithCancel(context.Background())
 	for _, tc := range cfg.Tenants {
 		names, _ := events.NewNames(tc.Prefix) // checked by validate
-		t := &tenant{cfg: tc, names: names}
+		keys, err := tc.callbackKeys()
+		if err != nil {
+			return nil, err
+		}
+		t := &tenant{cfg: tc, names: names, cbKeys: keys}
 		g.tenants = append(g.tenants, t)
 		for _, h := range tc.TokenSHA256 {
 			n, _ := normalizeHash(h)
@@ -113,9 +119,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{
 		Handler:           g.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(zerologWriter{g.log}, "", 0),
+		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
+		IdleTimeout:       g.cfg.IdleTimeout,
+		// Every answer is bounded by WriteTimeout; an event stream moves
+		// its deadline forward at each write (sseWriter), and is the only
+		// one exempt. Bodies: see bodyDeadline.
+		WriteTimeout: g.cfg.WriteTimeout,
+		ErrorLog:     log.New(zerologWriter{g.log}, "", 0),
 	}
 	if g.cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(g.cfg.TLSCertFile, g.cfg.TLSKeyFile)
@@ -228,7 +238,7 @@ func (g *Gateway) connect() error {
 		if t.js, err = jetstream.New(nc); err != nil {
 			return fmt.Errorf("gateway: tenant %s: %w", t.cfg.Name, err)
 		}
-		if len(g.cfg.Callbacks.Secret) > 0 {
+		if len(g.cfg.Callbacks.Secret) > 0 || len(t.cbKeys) > 0 {
 			t.cb = newCallbacks(g.cfg.Callbacks, t, g.log.With().Str("tenant", t.cfg.Name).Logger())
 		}
 	}
@@ -263,7 +273,7 @@ func (g *Gateway) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /healthz", g.health)
 	mux.Handle("/", g.console()) // GET only: see console
-	return g.cors(mux)
+	return g.guard(mux)
 }
 
 func methodNotAllowed(allow string) http.Handler {

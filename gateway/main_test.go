@@ -120,8 +120,9 @@ type gw struct {
 	stop func()
 }
 
-// gateway starts a gateway on cfg (NoAuth with one tenant on a connection
-// of its own when cfg has no tenants) until the test ends or stop.
+// gateway starts a gateway on cfg (NoAuth with one tenant, "default", on a
+// connection of its own, when cfg has no tenants; with the callback key
+// tenantKey when cfg has a callback secret) until the test ends or stop.
 func (e *env) gateway(cfg gateway.Config) *gw {
 	e.t.Helper()
 	if len(cfg.Tenants) == 0 {
@@ -132,6 +133,9 @@ func (e *env) gateway(cfg gateway.Config) *gw {
 		e.t.Cleanup(nc.Close)
 		cfg.NoAuth = true
 		cfg.Tenants = []gateway.Tenant{{Name: "default", Conn: nc}}
+		if cfg.Callbacks.Secret != nil {
+			cfg.Tenants[0].CallbackSecrets = [][]byte{tenantKey}
+		}
 	}
 	return startGateway(e.t, cfg, nil)
 }

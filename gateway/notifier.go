@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -180,25 +181,15 @@ func (c *callbacks) sendOne(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// post sends one attempt: the terminal event JSON, signed.
+// post sends one attempt: the terminal event JSON, signed with the
+// tenant's keys (v2, one signature per key) and, while it is set, the
+// gateway-wide secret (the first version).
 func (c *callbacks) post(ctx context.Context, d Delivery, attempt int) error {
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Event))
 	if err != nil {
 		return err
 	}
-	var typ struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(d.Event, &typ)
-	h := req.Header
-	h.Set("Content-Type", "application/json")
-	h.Set("User-Agent", "foundryq-gateway")
-	h.Set(HeaderTimestamp, ts)
-	h.Set(HeaderSignature, Sign(c.cfg.Secret, ts, d.Event))
-	h.Set(HeaderDeliveryID, d.RunID+":"+strconv.FormatUint(d.Seq, 10))
-	h.Set(HeaderAttempt, strconv.Itoa(attempt))
-	h.Set(HeaderEventType, typ.Type)
+	c.sign(req.Header, d, attempt, time.Now())
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return err
@@ -209,6 +200,36 @@ func (c *callbacks) post(ctx context.Context, d Delivery, attempt int) error {
 		return fmt.Errorf("callback answered HTTP %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// sign sets the headers of one attempt of d.
+func (c *callbacks) sign(h http.Header, d Delivery, attempt int, now time.Time) {
+	var typ struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(d.Event, &typ)
+	ts := strconv.FormatInt(now.Unix(), 10)
+	m := SignedCallback{
+		Tenant: c.t.cfg.Name, DeliveryID: d.RunID + ":" + strconv.FormatUint(d.Seq, 10), EventType: oneLine(typ.Type),
+		Attempt: attempt, URL: d.URL, Timestamp: ts, Body: d.Event,
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "foundryq-gateway")
+	h.Set(HeaderTimestamp, ts)
+	if len(c.cfg.Secret) > 0 {
+		h.Set(HeaderSignature, Sign(c.cfg.Secret, ts, d.Event))
+	}
+	if len(c.t.cbKeys) > 0 {
+		sigs := make([]string, len(c.t.cbKeys))
+		for i, k := range c.t.cbKeys {
+			sigs[i] = SignV2(k, m)
+		}
+		h.Set(HeaderSignatureV2, strings.Join(sigs, ","))
+	}
+	h.Set(HeaderTenant, m.Tenant)
+	h.Set(HeaderDeliveryID, m.DeliveryID)
+	h.Set(HeaderAttempt, strconv.Itoa(attempt))
+	h.Set(HeaderEventType, m.EventType)
 }
 
 func (c *callbacks) deadLetter(ctx context.Context, data []byte, runID string, attempts int, cause error) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -234,14 +235,26 @@ func (g *Gateway) readJSONBody(w http.ResponseWriter, r *http.Request, required 
 	if r.ContentLength > g.cfg.MaxBodyBytes {
 		return nil, tooLarge(g.cfg.MaxBodyBytes)
 	}
+	// A Content-Type that is not JSON is refused even on an empty body:
+	// browsers send text/plain and form posts across origins without a
+	// preflight.
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+		return nil, apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "the body must be JSON (Content-Type: application/json), not %q", ct)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, tooLarge(g.cfg.MaxBodyBytes)
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, apiErr(http.StatusRequestTimeout, CodeRequestTimeout, "the body did not arrive within %s", g.cfg.ReadTimeout)
+	}
 	if err != nil {
 		return nil, apiErr(http.StatusBadRequest, CodeBadParameter, "read the request body: %v", err)
 	}
+	// Read whole: the handler may now take its time (a cancel waits on
+	// workers) without the server's background read hitting the deadline.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if len(body) == 0 && !required {
 		return nil, nil
 	}

@@ -42,6 +42,12 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badParam("cancel_on_disconnect", "%q: want 1 or 0", v))
 		return
 	}
+	release, ok := g.limits.openStream(limitKeyOf(r), time.Now())
+	if !ok {
+		tooMany(w, time.Second, "too many event streams open with this token (at most %d)", g.cfg.MaxStreamsPerToken)
+		return
+	}
+	defer release()
 	st, err := t.lookup(r.Context(), id)
 	if err != nil {
 		writeError(w, err)

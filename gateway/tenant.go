@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 
@@ -36,6 +37,17 @@ type Tenant struct {
 	NATSCreds string `json:"nats_creds,omitempty"`
 	// Prefix is the tenant's subject prefix. Default: Config.Prefix.
 	Prefix string `json:"prefix,omitempty"`
+	// CallbackSecretFiles are the files holding the tenant's callback
+	// signing keys (one trailing newline dropped; at least 16 bytes each):
+	// one, or two while the keys are rotated. Every callback of the tenant
+	// carries one v2 signature (HeaderSignatureV2) per key, over the tenant,
+	// the delivery and the body, so that no other tenant can sign a
+	// callback this tenant's receivers accept. Default: none (only the
+	// gateway-wide CallbackConfig.Secret signs, with the first version).
+	CallbackSecretFiles []string `json:"callback_secret_files,omitempty"`
+	// CallbackSecrets are keys given in process, used with those read from
+	// CallbackSecretFiles (two at most in all).
+	CallbackSecrets [][]byte `json:"-"`
 	// Conn, when set, is the connection to use instead of dialing NATSURL
 	// (dev mode and tests). The gateway does not close it.
 	Conn *nats.Conn `json:"-"`
@@ -45,7 +57,8 @@ type Tenant struct {
 //
 //	{"tenants": [
 //	  {"name": "acme", "token_sha256": ["sha256:9f86d08..."],
-//	   "nats_url": "nats://nats:4222", "nats_creds": "/etc/foundryq/acme.creds", "prefix": "foundryq"}
+//	   "nats_url": "nats://nats:4222", "nats_creds": "/etc/foundryq/acme.creds", "prefix": "foundryq",
+//	   "callback_secret_files": ["/etc/foundryq/acme-callback-key"]}
 //	]}
 type TenantsFile struct {
 	Tenants []Tenant `json:"tenants"`
@@ -62,7 +75,7 @@ func LoadTenants(r io.Reader) ([]Tenant, error) {
 	dec.DisallowUnknownFields()
 	var f TenantsFile
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("gateway: decode tenants (want {\"tenants\": [{\"name\", \"token_sha256\", \"nats_url\", \"nats_creds\", \"prefix\"}]}): %w", err)
+		return nil, fmt.Errorf("gateway: decode tenants (want {\"tenants\": [{\"name\", \"token_sha256\", \"nats_url\", \"nats_creds\", \"prefix\", \"callback_secret_files\"}]}): %w", err)
 	}
 	if dec.More() {
 		return nil, errors.New("gateway: decode tenants: data after the JSON document")
@@ -113,4 +126,30 @@ var tenantName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 func tokenDigest(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])
+}
+
+// MaxCallbackKeys is the most callback keys a tenant has at once: the
+// current one and the next (or the previous) during a rotation.
+const MaxCallbackKeys = 2
+
+// callbackKeys returns the tenant's callback keys: CallbackSecrets, then
+// the contents of CallbackSecretFiles.
+func (t Tenant) callbackKeys() ([][]byte, error) {
+	keys := append([][]byte(nil), t.CallbackSecrets...)
+	for i, f := range t.CallbackSecretFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: tenant %q: callback_secret_files[%d]: %w", t.Name, i, err)
+		}
+		keys = append(keys, bytes.TrimSuffix(bytes.TrimSuffix(data, []byte("\n")), []byte("\r")))
+	}
+	if len(keys) > MaxCallbackKeys {
+		return nil, fmt.Errorf("gateway: tenant %q: %d callback keys: at most %d (the current one and the next during a rotation)", t.Name, len(keys), MaxCallbackKeys)
+	}
+	for i, k := range keys {
+		if len(k) < 16 {
+			return nil, fmt.Errorf("gateway: tenant %q: callback key %d is %d bytes: want at least 16", t.Name, i+1, len(k))
+		}
+	}
+	return keys, nil
 }

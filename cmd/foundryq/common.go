@@ -133,6 +133,8 @@ var secretSettings = []struct {
 	{"foundry-api-key", "FOUNDRY_API_KEY", false},
 	{"foundry-endpoint", "FOUNDRY_ENDPOINT", true},
 	{"emulator-api-key", "FOUNDRYQ_EMULATOR_API_KEY", false},
+	{"", "FOUNDRYQ_CONFORMANCE_API_KEY", false}, // foundryq conformance: read from the environment only
+	{"callbacks-secret", "FOUNDRYQ_GATEWAY_CALLBACKS_SECRET", false},
 }
 
 // secretURLSetting reports whether the setting name holds URLs whose
@@ -163,7 +165,7 @@ func knownSecrets(args []string, lookupEnv func(string) (string, bool)) []string
 		}
 		for i, a := range args {
 			name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if !strings.HasPrefix(a, "-") || name != s.flag {
+			if s.flag == "" || !strings.HasPrefix(a, "-") || name != s.flag {
 				continue
 			}
 			if !hasValue && i+1 < len(args) {

@@ -39,11 +39,12 @@ func TestCheckEndpoint(t *testing.T) {
 
 func TestKnownSecrets(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"NATS_URL": "nats://w:envpass1@h:4222", "FOUNDRY_API_KEY": "envkey1", "UNRELATED": "x"}
-	got := knownSecrets([]string{"--nats-url", "nats://c:flagpass1@h", "--foundry-api-key=flagkey1", "--nats-password", "flagpass2", "--model", "m"},
+	env := map[string]string{"NATS_URL": "nats://w:envpass1@h:4222", "FOUNDRY_API_KEY": "envkey1", "UNRELATED": "x",
+		"FOUNDRYQ_CONFORMANCE_API_KEY": "envkey2"}
+	got := knownSecrets([]string{"--nats-url", "nats://c:flagpass1@h", "--foundry-api-key=flagkey1", "--nats-password", "flagpass2", "--model", "m", "--", "notasecret"},
 		func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	sort.Strings(got)
-	want := []string{"envkey1", "envpass1", "flagkey1", "flagpass1", "flagpass2"}
+	want := []string{"envkey1", "envkey2", "envpass1", "flagkey1", "flagpass1", "flagpass2"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("knownSecrets = %v, want %v", got, want)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,4 +108,63 @@ func mustJetStream(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// The gateway's secret settings are scrubbed like the others: --help
+// shows no value, --print-config redacts it, and stderr scrubbing knows
+// it (flag and environment).
+func TestGatewaySecretsScrubbed(t *testing.T) {
+	const secret = "cbSecretValue-7781-abcdef"
+	code, stdout, stderr := runCmd(t, context.Background(), "gateway", "--tokens", gateway.HashToken("t"),
+		"--callbacks-secret", secret, "--rate-limit", "5", "--callbacks-allow-cidr", "10.20.0.0/16", "--print-config")
+	if code != 0 {
+		t.Fatalf("--print-config: %d %s", code, stderr)
+	}
+	if strings.Contains(stdout+stderr, secret) {
+		t.Fatalf("--print-config shows the callback secret:\n%s", stdout)
+	}
+	if !regexpMatch(t, `--callbacks-secret\s+FOUNDRYQ_GATEWAY_CALLBACKS_SECRET\s+\[redacted\]\s+flag`, stdout) ||
+		!regexpMatch(t, `--rate-limit\s+FOUNDRYQ_GATEWAY_RATE_LIMIT\s+5\s+flag`, stdout) {
+		t.Fatalf("--print-config:\n%s", stdout)
+	}
+	got := knownSecrets([]string{"gateway", "--callbacks-secret=" + secret}, func(k string) (string, bool) {
+		return "env-" + secret, k == "FOUNDRYQ_GATEWAY_CALLBACKS_SECRET"
+	})
+	if !slices.Contains(got, secret) || !slices.Contains(got, "env-"+secret) {
+		t.Fatalf("knownSecrets = %v", got)
+	}
+	t.Setenv("FOUNDRYQ_GATEWAY_CALLBACKS_SECRET", secret)
+	code, stdout, _ = runCmd(t, context.Background(), "gateway", "--help")
+	if code != 0 || strings.Contains(stdout, secret) || !strings.Contains(stdout, "env FOUNDRYQ_GATEWAY_CALLBACKS_SECRET (a secret") {
+		t.Fatalf("--help: %d\n%s", code, stdout)
+	}
+}
+
+// Bad values of the new settings are usage errors that name them.
+func TestGatewayFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rate-limit", "0"}, "--rate-limit"},
+		{[]string{"--rate-limit", "fast"}, "--rate-limit"},
+		{[]string{"--callbacks-allow-cidr", "10.0.0.1"}, "--callbacks-allow-cidr"},
+		{[]string{"--no-auth", "--no-auth-any-addr", "--addr", "0.0.0.0:0"}, "AllowedHosts"},
+		{[]string{"--max-streams-per-token", "-1"}, "MaxStreamsPerToken"},
+		{[]string{"--callbacks-key-files", "/nonexistent/key"}, "callback_secret_files[0]"},
+	} {
+		args := append([]string{"gateway", "--tokens", gateway.HashToken("t"), "--print-config"}, c.args...)
+		if c.args[0] == "--no-auth" {
+			args = append([]string{"gateway", "--print-config"}, c.args...)
+		}
+		code, _, stderr := runCmd(t, context.Background(), args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: code %d, stderr %q", c.args, code, stderr)
+		}
+	}
+}
+
+func regexpMatch(t *testing.T, re, s string) bool {
+	t.Helper()
+	return regexp.MustCompile(re).MatchString(s)
 }
