@@ -183,9 +183,6 @@ func (c *Client) Answer(ctx context.Context, runID string, a InputAnswer) (Input
 			if reply.Result == InputInvalid {
 				return reply, fmt.Errorf("events: answer run %s: %w: %s", runID, ErrBadAnswer, reply.Error)
 			}
-			if reply.Error != "" {
-				return reply, fmt.Errorf("events: answer run %s: %s", runID, reply.Error)
-			}
 			return reply, nil
 		case errors.Is(err, nats.ErrNoResponders):
 			return InputReply{}, fmt.Errorf("events: answer run %s: %w: no worker is running", runID, ErrAnswerUndelivered)

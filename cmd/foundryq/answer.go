@@ -102,7 +102,11 @@ func sendAnswer(ctx context.Context, nf natsFlags, name, runID string, a events.
 		fmt.Fprintf(stdout, "run %s has ended; the answer changes nothing\n", runID)
 		return exitCode(exitFailed)
 	case events.InputUnknownID:
-		fmt.Fprintf(stdout, "run %s does not wait for %s %s\n", runID, a.ID, reply.Error)
+		why := ""
+		if reply.Error != "" {
+			why = " (" + reply.Error + ")"
+		}
+		fmt.Fprintf(stdout, "run %s does not wait for %s%s\n", runID, a.ID, why)
 		return exitCode(exitNotFound)
 	}
 	return nil
