@@ -15,7 +15,7 @@ import (
 // submitFlags are the settings of a run request on the command line.
 type submitFlags struct {
 	model, agent, input, instructions, runID, options *string
-	timeout, disconnect                               *time.Duration
+	timeout, disconnect, inputTimeout                 *time.Duration
 	maxTokens                                         *int
 	metadata, tools                                   *[]string
 }
@@ -29,6 +29,7 @@ func addSubmitFlags(f *flags) submitFlags {
 		runID:        f.String("run-id", "", "", "run id (default: generated)"),
 		timeout:      f.Duration("timeout", "", 0, "run deadline; on expiry the run is cancelled server-side (0: worker default)"),
 		disconnect:   f.Duration("cancel-on-disconnect", "", 0, "cancel server-side after this long without a watcher (0: never)"),
+		inputTimeout: f.Duration("input-timeout", "", 0, "end the run input_timeout when a pause (approvals, function outputs it waits for) lasts longer (0: no bound but the run's)"),
 		maxTokens:    f.Int("max-output-tokens", "", 0, "upper bound on output tokens (0: Foundry default)"),
 		metadata:     f.Repeated("metadata", "metadata entry as key=value"),
 		tools:        f.Repeated("tool", "a Responses tool as JSON, e.g. {\"type\":\"mcp\",\"server_label\":\"x\",\"server_url\":\"https://...\",\"require_approval\":\"never\"}"),
@@ -82,6 +83,7 @@ func (sf submitFlags) request() (events.RunRequest, error) {
 		MaxOutputTokens:           *sf.maxTokens,
 		TimeoutSeconds:            int((*sf.timeout + time.Second - 1) / time.Second),
 		CancelOnDisconnectSeconds: int((*sf.disconnect + time.Second - 1) / time.Second),
+		InputTimeoutSeconds:       int((*sf.inputTimeout + time.Second - 1) / time.Second),
 	}
 	if req.RunID == "" {
 		req.RunID = events.NewRunID()
