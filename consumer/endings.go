@@ -45,6 +45,9 @@ func (r *run) logEnd(ev events.RunEvent, upstreamStatus string) {
 	}
 	if ev.Error != nil {
 		l = l.Str("code", ev.Error.Code)
+		if ev.Error.RequestID != "" {
+			l = l.Str("request_id", ev.Error.RequestID)
+		}
 	}
 	if u := ev.Usage; u != nil {
 		l = l.Int64("input_tokens", u.InputTokens).Int64("output_tokens", u.OutputTokens)
@@ -113,14 +116,38 @@ func (r *run) endUpstreamError(out outcome) {
 	case retryable(out.err):
 		r.endAttempt(out.err, out.op, true)
 	default:
-		code := events.CodeUpstreamError
-		if errors.Is(out.err, foundry.ErrAuth) {
-			code = events.CodeAuthError
-		}
-		r.logger().Error().Err(out.err).Str("op", out.op).Msg("upstream error; the run fails")
+		code, message := upstreamFailure(out.err)
+		requestID := foundry.RequestIDOf(out.err)
+		r.logger().Error().Err(out.err).Str("op", out.op).Str("request_id", requestID).Msg("upstream error; the run fails")
 		r.cancelAbandoned()
-		r.endFailed(code, out.err.Error(), false, out.noResponse)
+		e := r.endingFailed(code, message, false, out.noResponse)
+		e.event.Error.RequestID = requestID
+		r.end(e)
 	}
+}
+
+// upstreamFailure is the code and message of a run whose upstream call
+// failed for good: a prompt Azure's content filter refused is
+// content_filter, with the categories that filtered it; an authentication
+// failure auth_error; anything else upstream_error.
+func upstreamFailure(err error) (code, message string) {
+	var apiErr *foundry.APIError
+	if errors.As(err, &apiErr) {
+		inner, cats := "", ""
+		if apiErr.Inner != nil {
+			inner, cats = apiErr.Inner.Code, foundry.FilterSummary(apiErr.Inner.ContentFilter)
+		}
+		if contentFiltered(apiErr.Code, inner) {
+			if cats != "" {
+				return events.CodeContentFilter, apiErr.Message + " (filtered: " + cats + ")"
+			}
+			return events.CodeContentFilter, apiErr.Message
+		}
+	}
+	if errors.Is(err, foundry.ErrAuth) {
+		return events.CodeAuthError, err.Error()
+	}
+	return events.CodeUpstreamError, err.Error()
 }
 
 // failAttempt counts a failed attempt: the job is retried after a delay

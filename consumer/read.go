@@ -351,7 +351,7 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 			r.rel.add(*st.emit, seq)
 		}
 		if st.end != nil {
-			return endOutcome(st.end, seq), true
+			return endOutcome(st.end, seq, s.RequestID()), true
 		}
 		if st.streamErr != nil {
 			return outcome{err: st.streamErr, upstreamSeq: -1}, false
@@ -400,11 +400,15 @@ func (r *run) markStalled(stalled bool) {
 	}
 }
 
-// endOutcome is the outcome of a response that ended (endOf).
-func endOutcome(resp *foundry.Response, upstreamSeq int64) outcome {
+// endOutcome is the outcome of a response that ended (endOf); a failure
+// carries requestID, the x-request-id of the answer that reported it.
+func endOutcome(resp *foundry.Response, upstreamSeq int64, requestID string) outcome {
 	ev, cancelled := endOf(resp)
 	if cancelled {
 		return outcome{cancelledUpstream: resp, upstreamSeq: upstreamSeq}
+	}
+	if ev.Error != nil {
+		ev.Error.RequestID = requestID
 	}
 	return outcome{terminal: &ev, upstreamSeq: upstreamSeq, upstreamStatus: resp.Status}
 }
@@ -481,7 +485,7 @@ func (r *run) publishRest(ctx context.Context, resp *foundry.Response) outcome {
 	} else if resp.OutputText != published {
 		r.logger().Warn().Int("published", len(published)).Int("upstream", len(resp.OutputText)).Msg("published text is not a prefix of the upstream text; nothing more published")
 	}
-	return endOutcome(resp, -1)
+	return endOutcome(resp, -1, "")
 }
 
 func createRequest(req events.RunRequest, runID string) foundry.CreateRequest {

@@ -35,6 +35,10 @@ func translate(ev *foundry.Event) step {
 		if ev.Delta != "" {
 			return step{emit: &events.RunEvent{Type: events.TypeTextDelta, Text: ev.Delta}}
 		}
+	case foundry.EventRefusalDelta:
+		if ev.Delta != "" {
+			return step{emit: &events.RunEvent{Type: events.TypeRefusalDelta, Text: ev.Delta}}
+		}
 	case foundry.EventOutputItemAdded:
 		if ev.Item != nil && ev.Item.Type == foundry.ItemMCPCall {
 			return step{emit: &events.RunEvent{Type: events.TypeToolStarted, Tool: toolOf(ev.Item)}}
@@ -75,12 +79,51 @@ func endOf(resp *foundry.Response) (ev events.RunEvent, cancelled bool) {
 				Items: items, Usage: usageOf(resp.Usage)}, false
 		}
 		return events.RunEvent{Type: events.TypeRunCompleted, ResponseID: resp.ID, Status: resp.Status,
-			IncompleteReason: resp.IncompleteReason, Usage: usageOf(resp.Usage)}, false
+			IncompleteReason: resp.IncompleteReason, Refusal: resp.Refusal != "", Usage: usageOf(resp.Usage)}, false
 	}
-	if resp.Error == nil {
-		return failedWith(resp.ID, events.CodeUpstreamFailed, false, "Foundry reported status "+resp.Status), false
+	return failureOf(resp), false
+}
+
+// failureOf is the run.failed of a response Foundry reports failed: a
+// failed MCP tool listing (which the response's own error does not name,
+// RageAgainstThePixel/OpenAI-DotNet#486) and the content filter have
+// codes of their own; any other code passes through as Foundry sent it.
+func failureOf(resp *foundry.Response) events.RunEvent {
+	if msg := listToolsFailure(resp); msg != "" {
+		return failedWith(resp.ID, events.CodeMCPListToolsFailed, false, msg)
 	}
-	return failedWith(resp.ID, orDefault(resp.Error.Code, events.CodeUpstreamFailed), resp.Error.Retryable(), resp.Error.Message), false
+	switch {
+	case resp.Error == nil:
+		return failedWith(resp.ID, events.CodeUpstreamFailed, false, "Foundry reported status "+resp.Status)
+	case contentFiltered(resp.Error.Code, ""):
+		return failedWith(resp.ID, events.CodeContentFilter, false, orDefault(resp.Error.Message, "Foundry's content filter stopped the response"))
+	}
+	return failedWith(resp.ID, orDefault(resp.Error.Code, events.CodeUpstreamFailed), resp.Error.Retryable(), resp.Error.Message)
+}
+
+// listToolsFailure is the error of the response's first mcp_list_tools
+// item that has one, or "".
+func listToolsFailure(resp *foundry.Response) string {
+	for _, it := range resp.Output {
+		if it.Type == foundry.ItemMCPListTools && it.Error != "" {
+			return it.Error
+		}
+	}
+	return ""
+}
+
+// contentFiltered reports whether Foundry's error code (or innererror
+// code) says its content filter stopped the prompt or the response: Azure
+// answers a prompt with code content_filter and innererror
+// ResponsibleAIPolicyViolation (openai/openai-dotnet#55), and ends a
+// filtered stream with an error event content_policy_violation
+// (maximhq/bifrost#6419).
+func contentFiltered(code, inner string) bool {
+	switch code {
+	case "content_filter", "content_policy_violation":
+		return true
+	}
+	return inner == "ResponsibleAIPolicyViolation"
 }
 
 // askedOf lists what a finished response asks its caller: its approval

@@ -11,8 +11,12 @@ type EventType string
 
 // Event types of the v1 contract.
 const (
-	TypeRunStarted    EventType = "run.started"    // response_id, attempt, worker
-	TypeTextDelta     EventType = "text.delta"     // text
+	TypeRunStarted EventType = "run.started" // response_id, attempt, worker
+	TypeTextDelta  EventType = "text.delta"  // text
+	// TypeRefusalDelta carries a piece of the model's refusal (text): the
+	// model declined the request and says why; the run ends run.completed
+	// with refusal true.
+	TypeRefusalDelta  EventType = "refusal.delta"
 	TypeToolStarted   EventType = "tool.started"   // tool
 	TypeToolCompleted EventType = "tool.completed" // tool
 	TypeToolFailed    EventType = "tool.failed"    // tool, error
@@ -32,7 +36,7 @@ func (t EventType) Terminal() bool {
 // Known reports whether t is one of the v1 event types.
 func (t EventType) Known() bool {
 	switch t {
-	case TypeRunStarted, TypeTextDelta, TypeToolStarted, TypeToolCompleted, TypeToolFailed,
+	case TypeRunStarted, TypeTextDelta, TypeRefusalDelta, TypeToolStarted, TypeToolCompleted, TypeToolFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled,
 		TypeInputRequired, TypeInputReceived, TypeStepStarted:
 		return true
@@ -93,6 +97,15 @@ const (
 	// within the worker's cancel bound; the message is the last upstream
 	// error.
 	CodeCancelUnconfirmed = "cancel_unconfirmed"
+	// CodeContentFilter: Azure's content filter stopped the prompt or the
+	// response (Foundry's content_filter, content_policy_violation or
+	// ResponsibleAIPolicyViolation); the message says so, with the
+	// categories and severities when Foundry names them.
+	CodeContentFilter = "content_filter"
+	// CodeMCPListToolsFailed: Foundry could not list an MCP server's tools
+	// (the server failed, e.g. 424 Failed Dependency); the message is
+	// Foundry's, naming the server.
+	CodeMCPListToolsFailed = "mcp_list_tools_failed"
 )
 
 // Upstream statuses of run.cancelled (and of the state record) besides
@@ -127,6 +140,10 @@ type Error struct {
 	// server_error) or not (a request Foundry refuses). A run id runs once:
 	// retrying means submitting a new run.
 	Retryable *bool `json:"retryable,omitempty"`
+	// RequestID, on run.failed, is the x-request-id (else apim-request-id)
+	// of the Foundry answer that reported the failure, when there was one:
+	// what Azure support asks for.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Usage is the token usage reported by Foundry.
@@ -153,11 +170,12 @@ type RunEvent struct {
 	// response in the foreground (hosted agents ignore background): it
 	// cannot be re-attached to after a break, and a cancel closes its stream.
 	Background       *bool  `json:"background,omitempty"`
-	Text             string `json:"text,omitempty"`              // text.delta
+	Text             string `json:"text,omitempty"`              // text.delta, refusal.delta
 	Tool             *Tool  `json:"tool,omitempty"`              // tool.*
 	Error            *Error `json:"error,omitempty"`             // run.failed, tool.failed; run.cancelled with upstream_status unconfirmed
 	Status           string `json:"status,omitempty"`            // run.completed: completed | incomplete
-	IncompleteReason string `json:"incomplete_reason,omitempty"` // run.completed with status incomplete
+	IncompleteReason string `json:"incomplete_reason,omitempty"` // run.completed with status incomplete: max_output_tokens, content_filter, ...
+	Refusal          bool   `json:"refusal,omitempty"`           // run.completed: the model refused (its text came as refusal.delta)
 	Usage            *Usage `json:"usage,omitempty"`             // run.completed, run.cancelled
 	Reason           string `json:"reason,omitempty"`            // run.cancelled: requested | timeout | abandoned
 	UpstreamStatus   string `json:"upstream_status,omitempty"`   // run.cancelled: Foundry's last word on the response (absent only if it never reached Foundry)

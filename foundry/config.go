@@ -73,6 +73,14 @@ type Config struct {
 	// of the service's 30 s keepalive intervals); negative disables it; a
 	// positive value under 1ms is refused (a missing unit, most likely).
 	StreamIdleTimeout time.Duration
+	// IncludeObfuscation lets the service pad every delta event with an
+	// "obfuscation" field of random characters (a defence against
+	// side-channel attacks on token lengths; openai-go v3.98.0
+	// ResponseNewParams.StreamOptions.IncludeObfuscation). Default false:
+	// Create sends stream_options.include_obfuscation false and Resume
+	// include_obfuscation=false, saving the bytes on every delta between
+	// Foundry and a worker that does not need them.
+	IncludeObfuscation bool
 }
 
 // withDefaults returns cfg with every unset field given its default. It does not

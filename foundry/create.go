@@ -164,6 +164,9 @@ func (c *Client) createBody(req CreateRequest) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if !c.cfg.IncludeObfuscation {
+		body["stream_options"] = json.RawMessage(`{"include_obfuscation":false}`)
+	}
 	body["background"] = json.RawMessage("true")
 	body["stream"] = json.RawMessage("true")
 	body["store"] = json.RawMessage("true")

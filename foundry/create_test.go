@@ -33,7 +33,7 @@ func TestCreateRequestShape(t *testing.T) {
 				"tools":    []any{map[string]any{"type": "mcp", "server_label": "s", "server_url": "https://mcp.test", "require_approval": "never"}},
 				"metadata": map[string]any{"run_id": "r1"}, "max_output_tokens": float64(64),
 				"temperature": 0.2, "reasoning": map[string]any{"effort": "low"},
-				"background": true, "stream": true, "store": true,
+				"background": true, "stream": true, "store": true, "stream_options": map[string]any{"include_obfuscation": false},
 			},
 		},
 		{
@@ -43,7 +43,7 @@ func TestCreateRequestShape(t *testing.T) {
 			want: map[string]any{
 				"agent_reference": map[string]any{"type": "agent_reference", "name": "helper", "version": "3"},
 				"input":           []any{map[string]any{"role": "user", "content": "hi"}},
-				"background":      true, "stream": true, "store": true,
+				"background":      true, "stream": true, "store": true, "stream_options": map[string]any{"include_obfuscation": false},
 			},
 		},
 		{
@@ -53,7 +53,7 @@ func TestCreateRequestShape(t *testing.T) {
 			req:        CreateRequest{Agent: &AgentRef{Name: "helper"}, Input: json.RawMessage(`"hi"`)},
 			want: map[string]any{
 				"agent": map[string]any{"type": "agent_reference", "name": "helper"},
-				"input": "hi", "background": true, "stream": true, "store": true,
+				"input": "hi", "background": true, "stream": true, "store": true, "stream_options": map[string]any{"include_obfuscation": false},
 			},
 		},
 	}

@@ -95,10 +95,19 @@ func TestEntraEndToEnd(t *testing.T) {
 		t.Errorf("scopes asked for = %v", scopes)
 	}
 
-	// A token for the other endpoint form is refused, as an auth error that
-	// says why.
-	wrong, _ := entraClient(t, auth, srv.BaseURL(), func(cfg *foundry.Config) { cfg.Scope = foundry.ScopeAIFoundry })
-	_, err := wrong.Create(ctx, req("entra-wrong", nil))
+	// The resource endpoint also accepts the ai.azure.com audience
+	// (microsoft/agent-framework samples use that scope against /openai/v1).
+	foundryScope, _ := entraClient(t, auth, srv.BaseURL(), func(cfg *foundry.Config) { cfg.Scope = foundry.ScopeAIFoundry })
+	s, err := foundryScope.Create(ctx, req("entra-ai-scope", nil))
+	if err != nil {
+		t.Fatalf("ai.azure.com scope on the resource endpoint: %v", err)
+	}
+	_ = s.Close()
+
+	// A token for another audience is refused, as an auth error that says
+	// why.
+	wrong, _ := entraClient(t, auth, srv.BaseURL(), func(cfg *foundry.Config) { cfg.Scope = "https://storage.azure.com/.default" })
+	_, err = wrong.Create(ctx, req("entra-wrong", nil))
 	if !errors.Is(err, foundry.ErrAuth) || !errors.Is(err, foundry.ErrUnauthorized) ||
 		!strings.Contains(err.Error(), "audience is incorrect (https://cognitiveservices.azure.com)") {
 		t.Errorf("wrong audience: %v", err)

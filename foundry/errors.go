@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -91,6 +92,63 @@ type APIError struct {
 	// Retry-After (seconds or a date), else, on a 429 only, the longer of
 	// x-ratelimit-reset-requests and x-ratelimit-reset-tokens; 0 if none.
 	RetryAfter time.Duration
+	// RequestID is the x-request-id header of the answer (or of the answer
+	// that opened the stream), and APIMRequestID its apim-request-id: what
+	// Azure support asks for (Microsoft Q&A "X-Request-Id"; OpenAI API
+	// reference, "Debugging requests"). Empty when the server sent none.
+	RequestID     string
+	APIMRequestID string
+	// Inner is Azure's error.innererror, e.g. {code:
+	// "ResponsibleAIPolicyViolation", content_filter_result: {...}} on a
+	// prompt the content filter refused (openai/openai-dotnet#55); nil if
+	// absent.
+	Inner *InnerError
+	// ShouldRetry is the server's x-should-retry header: "true" or "false"
+	// overrides the status in Retryable, as openai-go does
+	// (internal/requestconfig/requestconfig.go); empty if absent.
+	ShouldRetry string
+}
+
+// InnerError is Azure's error.innererror.
+type InnerError struct {
+	Code string // e.g. "ResponsibleAIPolicyViolation"
+	// ContentFilter lists the content filter categories that filtered the
+	// request (filtered: true), in name order.
+	ContentFilter []FilterCategory
+}
+
+// FilterCategory is one content filter category that filtered a request
+// or a response: {"violence": {"filtered": true, "severity": "medium"}}.
+type FilterCategory struct {
+	Name     string // hate, sexual, violence, self_harm, jailbreak, ...
+	Severity string // safe, low, medium, high; empty for detectors without one
+}
+
+// FilterSummary formats categories as "violence: medium, hate: high" for
+// a message; "" for none.
+func FilterSummary(cats []FilterCategory) string {
+	parts := make([]string, 0, len(cats))
+	for _, c := range cats {
+		if c.Severity != "" {
+			parts = append(parts, c.Name+": "+c.Severity)
+		} else {
+			parts = append(parts, c.Name)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// RequestIDOf returns the x-request-id (else the apim-request-id) carried
+// by an *APIError in err's chain; "" if none.
+func RequestIDOf(err error) string {
+	var e *APIError
+	if !errors.As(err, &e) {
+		return ""
+	}
+	if e.RequestID != "" {
+		return e.RequestID
+	}
+	return e.APIMRequestID
 }
 
 // ErrorDetail is one entry of an error's details list.
@@ -179,9 +237,16 @@ func (e *APIError) Is(target error) bool {
 }
 
 // Retryable reports whether repeating the same request may succeed (408, 409, 429,
-// 5xx). It says nothing about whether repeating it is safe: a create that failed
-// with a 5xx may still have started a run.
+// 5xx), unless the server said otherwise with x-should-retry. It says nothing
+// about whether repeating it is safe: a create that failed with a 5xx may
+// still have started a run.
 func (e *APIError) Retryable() bool {
+	switch e.ShouldRetry {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
 	switch {
 	case e.StatusCode == http.StatusRequestTimeout, e.StatusCode == http.StatusConflict,
 		e.StatusCode == http.StatusTooManyRequests, e.StatusCode >= 500:
@@ -196,11 +261,47 @@ const maxErrorBody = 1 << 10
 // wireError is the {"code","message","type","param","details"} object of an
 // error body.
 type wireError struct {
-	Code    flexString        `json:"code"`
-	Message string            `json:"message"`
-	Type    string            `json:"type"`
-	Param   flexString        `json:"param"`
-	Details []wireErrorDetail `json:"details"`
+	Code       flexString        `json:"code"`
+	Message    string            `json:"message"`
+	Type       string            `json:"type"`
+	Param      flexString        `json:"param"`
+	Details    []wireErrorDetail `json:"details"`
+	InnerError *wireInnerError   `json:"innererror"`
+}
+
+// wireInnerError is Azure's innererror object.
+type wireInnerError struct {
+	Code                flexString                 `json:"code"`
+	ContentFilterResult map[string]json.RawMessage `json:"content_filter_result"`
+}
+
+// maxFilterCategories bounds the categories kept from one innererror.
+const maxFilterCategories = 32
+
+func (w *wireInnerError) inner() *InnerError {
+	if w == nil {
+		return nil
+	}
+	return &InnerError{Code: string(w.Code), ContentFilter: filteredCategories(w.ContentFilterResult)}
+}
+
+// filteredCategories returns the categories of a content_filter_result
+// whose filtered is true, in name order. Entries of another shape are
+// skipped.
+func filteredCategories(result map[string]json.RawMessage) []FilterCategory {
+	var out []FilterCategory
+	for name, raw := range result {
+		var c struct {
+			Filtered bool       `json:"filtered"`
+			Severity flexString `json:"severity"`
+		}
+		if json.Unmarshal(raw, &c) != nil || !c.Filtered {
+			continue
+		}
+		out = append(out, FilterCategory{Name: name, Severity: string(c.Severity)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out[:min(len(out), maxFilterCategories)]
 }
 
 type wireErrorDetail struct {
@@ -225,7 +326,9 @@ func (w *wireError) details() []ErrorDetail {
 // newAPIError builds an APIError from an HTTP error response. It reads at most
 // 1 MiB of the body and does not close it.
 func newAPIError(op, id string, res *http.Response) *APIError {
-	e := &APIError{Op: op, ResponseID: id, StatusCode: res.StatusCode, RetryAfter: parseRetryAfter(res.Header, time.Now())}
+	e := &APIError{Op: op, ResponseID: id, StatusCode: res.StatusCode, RetryAfter: parseRetryAfter(res.Header, time.Now()),
+		RequestID: res.Header.Get("X-Request-Id"), APIMRequestID: res.Header.Get("Apim-Request-Id"),
+		ShouldRetry: strings.ToLower(strings.TrimSpace(res.Header.Get("X-Should-Retry")))}
 	if e.RetryAfter == 0 && res.StatusCode == http.StatusTooManyRequests {
 		e.RetryAfter = parseRateLimitReset(res.Header)
 	}
@@ -243,6 +346,7 @@ func newAPIError(op, id string, res *http.Response) *APIError {
 	if err := json.Unmarshal(body, &env); err == nil && env.Error != nil {
 		e.Code, e.Message, e.Type, e.Param = string(env.Error.Code), env.Error.Message, env.Error.Type, string(env.Error.Param)
 		e.Details = env.Error.details()
+		e.Inner = env.Error.InnerError.inner()
 		return e
 	} else if err == nil && env.Message != "" && len(env.StatusCode) > 0 {
 		e.Message = truncateText(env.Message)

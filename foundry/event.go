@@ -27,6 +27,11 @@ const (
 	EventMCPCallCompleted   = "response.mcp_call.completed"
 	EventMCPCallFailed      = "response.mcp_call.failed"
 	EventMCPListToolsFailed = "response.mcp_list_tools.failed"
+	// EventRefusalDelta carries a piece of the model's refusal text, in a
+	// content part of type "refusal" (openai-go v3.98.0
+	// ResponseRefusalDeltaEvent); EventRefusalDone the whole of it.
+	EventRefusalDelta = "response.refusal.delta"
+	EventRefusalDone  = "response.refusal.done"
 	// EventKeepalive is an undocumented event the service sends while a
 	// response is slow to start or to continue: {"type":"keepalive",
 	// "sequence_number":N} (openai/openai-node#1964, openai/openai-java#776;
@@ -39,9 +44,9 @@ const (
 // Raw holds the whole data payload.
 type Event struct {
 	Type           string
-	SequenceNumber int64 // valid when HasSeq
-	HasSeq         bool  // the event carried a sequence_number (Stream.LastSeq ignores those of keepalive and error events)
-	Delta          string
+	SequenceNumber int64  // valid when HasSeq
+	HasSeq         bool   // the event carried a sequence_number (Stream.LastSeq ignores those of keepalive and error events)
+	Delta          string // output_text.delta and refusal.delta
 	Text           string // output_text.done: the full text of the part
 	ItemID         string
 	OutputIndex    int
@@ -224,7 +229,7 @@ func knownEvent(t string) bool {
 	switch t {
 	case EventCreated, EventQueued, EventInProgress, EventCompleted, EventFailed, EventIncomplete,
 		EventCancelled, EventError, EventOutputTextDelta, EventOutputTextDone, EventOutputItemAdded,
-		EventOutputItemDone, EventMCPCallInProgress, EventMCPCallCompleted, EventMCPCallFailed:
+		EventOutputItemDone, EventMCPCallInProgress, EventMCPCallCompleted, EventMCPCallFailed, EventRefusalDelta:
 		return true
 	}
 	return false

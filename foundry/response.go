@@ -34,12 +34,16 @@ type Response struct {
 	// BackgroundKnown reports whether the object carried a background field
 	// (so that a missing field is not mistaken for false).
 	BackgroundKnown  bool
-	Error            *ResponseError    // set when Status is failed
-	IncompleteReason string            // incomplete_details.reason, e.g. max_output_tokens
-	Usage            *Usage            // present once the response is finished
-	OutputText       string            // the output_text parts of all message items, concatenated
-	Output           []OutputItem      // every output item, in order
-	Metadata         map[string]string // as sent at create
+	Error            *ResponseError // set when Status is failed
+	IncompleteReason string         // incomplete_details.reason, e.g. max_output_tokens
+	Usage            *Usage         // present once the response is finished
+	OutputText       string         // the output_text parts of all message items, concatenated
+	// Refusal is the refusal parts of all message items, concatenated: the
+	// model declined and said why ({"type": "refusal", "refusal": "..."};
+	// openai-go v3.98.0 ResponseOutputRefusal). Empty when it did not.
+	Refusal  string
+	Output   []OutputItem      // every output item, in order
+	Metadata map[string]string // as sent at create
 }
 
 // Terminal reports whether the status is final (anything but queued or in_progress,
@@ -126,8 +130,9 @@ type OutputItem struct {
 	// ApprovalRequestID is set on an mcp_call that ran after an approval.
 	ApprovalRequestID string
 	// Tools are the tool names of an mcp_list_tools item (at most maxListedTools).
-	Tools []string
-	Text  string // message items: the output_text parts, concatenated
+	Tools   []string
+	Text    string // message items: the output_text parts, concatenated
+	Refusal string // message items: the refusal parts, concatenated
 }
 
 // maxListedTools bounds the tool names kept from one mcp_list_tools item.
@@ -249,8 +254,9 @@ type wireItem struct {
 		Name string `json:"name"`
 	} `json:"tools"`
 	Content []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+		Type    string `json:"type"`
+		Text    string `json:"text"`
+		Refusal string `json:"refusal"`
 	} `json:"content"`
 }
 
@@ -274,14 +280,15 @@ func (w *wireResponse) response() *Response {
 	}
 	if len(w.Output) > 0 {
 		r.Output = make([]OutputItem, len(w.Output))
-		var text strings.Builder
+		var text, refusal strings.Builder
 		for i := range w.Output {
 			r.Output[i] = w.Output[i].item()
 			if r.Output[i].Type == "message" {
 				text.WriteString(r.Output[i].Text)
+				refusal.WriteString(r.Output[i].Refusal)
 			}
 		}
-		r.OutputText = text.String()
+		r.OutputText, r.Refusal = text.String(), refusal.String()
 	}
 	return r
 }
@@ -320,17 +327,23 @@ func (w *wireItem) item() OutputItem {
 	switch len(w.Content) {
 	case 0:
 	case 1:
-		if w.Content[0].Type == "output_text" {
-			it.Text = w.Content[0].Text
+		switch p := w.Content[0]; p.Type {
+		case "output_text":
+			it.Text = p.Text
+		case "refusal":
+			it.Refusal = p.Refusal
 		}
 	default:
-		var b strings.Builder
+		var b, refusal strings.Builder
 		for _, p := range w.Content {
-			if p.Type == "output_text" {
+			switch p.Type {
+			case "output_text":
 				b.WriteString(p.Text)
+			case "refusal":
+				refusal.WriteString(p.Refusal)
 			}
 		}
-		it.Text = b.String()
+		it.Text, it.Refusal = b.String(), refusal.String()
 	}
 	return it
 }

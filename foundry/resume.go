@@ -28,6 +28,9 @@ func (c *Client) Resume(ctx context.Context, id string, after int64) (*Stream, e
 		option.WithQuery("stream", "true"),
 		option.WithHeader("Accept", "text/event-stream"),
 	}
+	if !c.cfg.IncludeObfuscation {
+		opts = append(opts, option.WithQuery("include_obfuscation", "false"))
+	}
 	if after >= 0 {
 		opts = append(opts, option.WithQuery("starting_after", strconv.FormatInt(after, 10)))
 	}

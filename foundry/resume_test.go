@@ -37,7 +37,7 @@ func TestResumeRequest(t *testing.T) {
 	if r.Method != http.MethodGet || r.Path != "/api/projects/p/openai/v1/responses/resp_r" || len(r.Body) != 0 {
 		t.Errorf("request = %s %s body=%q", r.Method, r.Path, r.Body)
 	}
-	if r.Query != "starting_after=7&stream=true" {
+	if r.Query != "include_obfuscation=false&starting_after=7&stream=true" {
 		t.Errorf("query = %q, want stream and starting_after in the query", r.Query)
 	}
 
@@ -50,8 +50,8 @@ func TestResumeRequest(t *testing.T) {
 	if _, ok := s.LastSeq(); ok {
 		t.Error("LastSeq known for a resume from the start")
 	}
-	if q := f.requests()[1].Query; q != "stream=true" {
-		t.Errorf("query = %q, want stream=true only", q)
+	if q := f.requests()[1].Query; q != "include_obfuscation=false&stream=true" {
+		t.Errorf("query = %q, want stream=true and include_obfuscation=false only", q)
 	}
 }
 

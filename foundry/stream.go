@@ -38,6 +38,7 @@ type Stream struct {
 	lastSeq    int64
 	hasSeq     bool
 	responseID string
+	requestID  string // x-request-id (else apim-request-id) of the answer that opened the stream
 
 	closeOnce sync.Once
 	closed    atomic.Bool // Close was called
@@ -56,7 +57,7 @@ type Stream struct {
 // that a blocked read returns even with transports that ignore the context, and
 // when a read has waited idle (> 0) for a frame.
 func newStream(ctx context.Context, res *http.Response, responseID string, after int64, idle time.Duration) *Stream {
-	s := &Stream{ctx: ctx, body: res.Body, responseID: responseID}
+	s := &Stream{ctx: ctx, body: res.Body, responseID: responseID, requestID: headerRequestID(res.Header)}
 	wake := s.wake // one func value for both callbacks: one allocation less
 	if idle > 0 {
 		s.idle, s.base = idle, time.Now()
@@ -154,11 +155,15 @@ func (s *Stream) Next() bool {
 		var apiErr *APIError
 		if errors.As(err, &apiErr) {
 			apiErr.ResponseID = s.responseID
+			apiErr.RequestID = s.requestID
 			s.finish(apiErr)
 		} else {
 			s.finish(fmt.Errorf("foundry: stream%s: %w", idSuffix(s.responseID), err))
 		}
 		return false
+	}
+	if s.ev.Type == EventError || (s.ev.Type == EventFailed && s.ev.Response.Error == nil) {
+		s.completeFailure()
 	}
 	if s.ev.HasSeq && s.ev.Type != EventKeepalive && s.ev.Type != EventError {
 		// Keepalive and error events carry no response state, and whether
@@ -174,6 +179,81 @@ func (s *Stream) Next() bool {
 		s.finish(nil)
 	}
 	return true
+}
+
+// TrailingFrameWait bounds how long a stream waits, after an error event or
+// a response.failed without an error, for the frame that completes the
+// failure (completeFailure).
+const TrailingFrameWait = 2 * time.Second
+
+// completeFailure reads the frame that may complete a failure, and merges
+// the two into one terminal event: response.failed with its error. Azure
+// ends a content-filtered stream with response.failed whose error is null,
+// then an error frame with the reason (code content_policy_violation;
+// maximhq/bifrost#6419); a stream can also open with an error frame (e.g.
+// insufficient_quota), then response.failed carrying the error and the
+// response id (maximhq/bifrost#5040). It waits at most TrailingFrameWait,
+// or until the stream ends; keepalives are skipped, anything else read is
+// dropped (the stream ends after a terminal event either way).
+func (s *Stream) completeFailure() {
+	first := s.ev
+	first.Raw = append([]byte(nil), s.ev.Raw...) // the next read may reuse the buffer
+	next, ok := s.peekFailure()
+	switch {
+	case ok && first.Type == EventError && next.Type == EventFailed:
+		if next.Response.Error == nil {
+			next.Response.Error = &ResponseError{Code: first.Code, Message: first.Message}
+		}
+		s.ev = next
+	case ok && first.Type == EventFailed && next.Type == EventError:
+		first.Response.Error = &ResponseError{Code: next.Code, Message: next.Message}
+		s.ev = first
+	default:
+		s.ev = first
+	}
+}
+
+// peekFailure reads the next frame other than a keepalive, for at most
+// TrailingFrameWait: an error event (a top-level {"error": ...} frame
+// counts as one) or a response.failed. ok is false for anything else, a
+// read error or the end of the wait, which closes the body.
+func (s *Stream) peekFailure() (Event, bool) {
+	stop := time.AfterFunc(TrailingFrameWait, func() { _ = s.closeBody() })
+	defer stop.Stop()
+	var ev Event
+	var w wireEvent
+	for {
+		name, data, err := s.sse.next()
+		if err != nil || isDone(data) {
+			return Event{}, false
+		}
+		err = decodeEventInto(name, data, &ev, &w)
+		var apiErr *APIError
+		switch {
+		case errors.As(err, &apiErr):
+			return Event{Type: EventError, Code: apiErr.Code, Message: apiErr.Message}, true
+		case err != nil:
+			return Event{}, false
+		case ev.Type == EventKeepalive:
+			continue
+		case ev.Type == EventError || ev.Type == EventFailed:
+			ev.Raw = append([]byte(nil), ev.Raw...)
+			return ev, true
+		}
+		return Event{}, false
+	}
+}
+
+// RequestID returns the x-request-id (else the apim-request-id) of the
+// answer that opened the stream, or "": what Azure support asks for.
+func (s *Stream) RequestID() string { return s.requestID }
+
+// headerRequestID reads x-request-id, else apim-request-id.
+func headerRequestID(h http.Header) string {
+	if id := h.Get("X-Request-Id"); id != "" {
+		return id
+	}
+	return h.Get("Apim-Request-Id")
 }
 
 // Event returns the current event. It is valid until the next call to Next.

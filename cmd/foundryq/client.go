@@ -148,7 +148,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // watchRun prints a run's events until its terminal event. The exit code
-// says how it ended: exitOK completed, exitFailed, exitCancelled.
+// says how it ended: exitOK completed, exitFailed failed or incomplete
+// (run.completed with status incomplete did not finish its work),
+// exitCancelled.
 func watchRun(ctx context.Context, c *events.Client, runID string, opts events.WatchOptions, asJSON bool, stdout, stderr io.Writer) error {
 	w := c.Watch(ctx, runID, opts)
 	defer w.Close()
@@ -168,6 +170,9 @@ func watchRun(ctx context.Context, c *events.Client, runID string, opts events.W
 		}
 		switch ev.Type {
 		case events.TypeRunCompleted:
+			if ev.Status == "incomplete" {
+				return exitCode(exitFailed)
+			}
 			return nil
 		case events.TypeRunFailed:
 			return exitCode(exitFailed)
@@ -180,7 +185,7 @@ func watchRun(ctx context.Context, c *events.Client, runID string, opts events.W
 // printEvent writes text to stdout and everything else as a line to stderr.
 func printEvent(ev events.RunEvent, stdout, stderr io.Writer) {
 	switch ev.Type {
-	case events.TypeTextDelta:
+	case events.TypeTextDelta, events.TypeRefusalDelta:
 		fmt.Fprint(stdout, ev.Text)
 	case events.TypeRunStarted:
 		fmt.Fprintf(stderr, "[run %s started: response %s, attempt %d, worker %s]\n", ev.RunID, ev.ResponseID, ev.Attempt, ev.Worker)
@@ -209,10 +214,17 @@ func printEvent(ev events.RunEvent, stdout, stderr io.Writer) {
 		if ev.Status == "incomplete" {
 			line = "[run incomplete (" + ev.IncompleteReason + ")"
 		}
+		if ev.Refusal {
+			line += ": the model refused"
+		}
 		fmt.Fprintln(stderr, line+usageText(ev)+"]")
 	case events.TypeRunFailed:
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stderr, "[run failed: %s: %s]\n", ev.Error.Code, ev.Error.Message)
+		line := fmt.Sprintf("[run failed: %s: %s", ev.Error.Code, ev.Error.Message)
+		if ev.Error.RequestID != "" {
+			line += " (request id " + ev.Error.RequestID + ")"
+		}
+		fmt.Fprintln(stderr, line+"]")
 	case events.TypeRunCancelled:
 		fmt.Fprintln(stdout)
 		why := map[string]string{

@@ -55,7 +55,7 @@ const (
 	exitOK        = 0 // done; for watch and submit --watch: the run completed
 	exitError     = 1 // anything else went wrong
 	exitUsage     = 2 // bad command, flag or argument (as package flag does)
-	exitFailed    = 3 // watch: the run ended run.failed
+	exitFailed    = 3 // watch: the run ended run.failed, or run.completed with status incomplete
 	exitCancelled = 4 // watch: the run ended run.cancelled
 	exitNATS      = 5 // NATS could not be reached
 	exitNotFound  = 6 // cancel or runs RUN_ID: no such run

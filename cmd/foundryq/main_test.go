@@ -183,6 +183,12 @@ func TestDevModeWithTheCLI(t *testing.T) {
 	if code != exitFailed || !strings.Contains(stderr, "failed") {
 		t.Fatalf("submit --watch of a failing run: code %d, stderr %q", code, stderr)
 	}
+	// An incomplete run did not finish its work: exit 3 too.
+	code, _, stderr = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "filtered", "--run-id", "cli-4",
+		"--metadata", "emu_content_filter=incomplete", "--watch")
+	if code != exitFailed || !strings.Contains(stderr, "run incomplete (content_filter)") {
+		t.Fatalf("submit --watch of an incomplete run: code %d, stderr %q", code, stderr)
+	}
 	// The same request again is a retry: the existing run, not an error.
 	code, stdout, stderr = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "fail", "--run-id", "cli-3",
 		"--metadata", "emu_fail_after=3")

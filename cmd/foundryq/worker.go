@@ -34,6 +34,7 @@ type workerFlags struct {
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
 	queuedTimeout, storeFullTimeout, streamIdle *time.Duration
+	obfuscation                                 *bool
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
 	eventInterval, cancelAudit, foregroundPoll  *time.Duration
 	stuckAfter                                  *time.Duration
@@ -50,6 +51,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 		w.agentField = f.String("agent-field", "FOUNDRY_AGENT_FIELD", "agent_reference", "request field that carries a Foundry agent reference", rule[string]{func(v string) bool { return foundry.ValidFieldName(v) }, "a JSON field name of [A-Za-z0-9_-], at most 64 characters"})
 	}
 	w.streamIdle = f.Duration("foundry-stream-idle-timeout", "FOUNDRY_STREAM_IDLE_TIMEOUT", foundry.DefaultStreamIdleTimeout, "a Foundry stream that sends nothing, not even a keepalive, for this long is re-read and re-attached once; silent again, the run fails upstream_stalled", positive())
+	w.obfuscation = f.Bool("foundry-stream-obfuscation", "FOUNDRY_STREAM_OBFUSCATION", false, "let Foundry pad every streamed delta with random characters (stream_options.include_obfuscation); off by default: the padding protects token lengths on untrusted networks and costs bytes on every delta")
 	w.concurrency = f.Int("concurrency", "FOUNDRYQ_CONCURRENCY", 64, "runs one worker owns at once", atLeast(1))
 	w.workerID = f.String("worker-id", "FOUNDRYQ_WORKER_ID", "", "worker id in events and state (default <hostname>-<pid>)", idOrEmpty())
 	w.defaultTimeout = f.Duration("default-timeout", "FOUNDRYQ_DEFAULT_TIMEOUT", consumer.DefaultRunTimeout, "run deadline for requests without timeout_seconds (0: none)", notNegative("none"))
@@ -152,7 +154,8 @@ func runTimeout(d time.Duration) time.Duration {
 }
 
 func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
-	c := foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField, StreamIdleTimeout: *w.streamIdle}
+	c := foundry.Config{BaseURL: endpoint, APIKey: apiKey, Scope: *w.scope, AgentField: *w.agentField, StreamIdleTimeout: *w.streamIdle,
+		IncludeObfuscation: *w.obfuscation}
 	if w.h2c != nil {
 		c.CleartextHTTP2 = *w.h2c
 	}

@@ -23,6 +23,22 @@ type apiError struct {
 	// gateway sends the Azure API gateway's {"statusCode","message"} body
 	// instead of the error object.
 	gateway bool
+	// inner, when not nil, is sent as Azure's "innererror" (with the
+	// status in the error object, as Azure sends it).
+	inner *innerError
+}
+
+// innerError is Azure's error.innererror.
+type innerError struct {
+	Code                string                         `json:"code"`
+	ContentFilterResult map[string]contentFilterResult `json:"content_filter_result"`
+}
+
+// contentFilterResult is one category of a content_filter_result.
+type contentFilterResult struct {
+	Filtered bool   `json:"filtered"`
+	Severity string `json:"severity,omitempty"`
+	Detected *bool  `json:"detected,omitempty"`
 }
 
 // payloadDetail is one entry of Foundry's error.details.
@@ -48,6 +64,8 @@ type errorObject struct {
 	Param   *string          `json:"param"`
 	Code    *string          `json:"code"`
 	Details *[]payloadDetail `json:"details,omitempty"`
+	Status  int              `json:"status,omitempty"`
+	Inner   *innerError      `json:"innererror,omitempty"`
 }
 
 // gatewayBody is the Azure API gateway's error body.
@@ -72,6 +90,9 @@ func (e *apiError) write(w http.ResponseWriter) {
 	if e.details != nil {
 		d := e.details
 		obj.Details = &d
+	}
+	if e.inner != nil {
+		obj.Status, obj.Inner = e.status, e.inner
 	}
 	var body []byte
 	if e.gateway {
@@ -131,4 +152,27 @@ func statusError(status int) *apiError {
 		e.message = "The service is temporarily unable to process your request. Please try again later."
 	}
 	return e
+}
+
+// contentFilterMessage is Azure's message for a prompt (or a response) its
+// content filter stopped.
+const contentFilterMessage = "The response was filtered due to the prompt triggering Azure OpenAI's content management policy. " +
+	"Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: " +
+	"https://go.microsoft.com/fwlink/?linkid=2198766"
+
+// errContentFilter is Azure's 400 for a prompt the content filter refused
+// (emu_content_filter=prompt): code content_filter, param prompt, and an
+// innererror ResponsibleAIPolicyViolation with the category results
+// (openai/openai-dotnet#55; Azure/azure-sdk-for-go#23936).
+func errContentFilter() *apiError {
+	f := false
+	return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: "prompt", code: "content_filter",
+		message: contentFilterMessage,
+		inner: &innerError{Code: "ResponsibleAIPolicyViolation", ContentFilterResult: map[string]contentFilterResult{
+			"hate":      {Severity: "safe"},
+			"jailbreak": {Detected: &f},
+			"self_harm": {Severity: "safe"},
+			"sexual":    {Severity: "safe"},
+			"violence":  {Filtered: true, Severity: "medium"},
+		}}}
 }

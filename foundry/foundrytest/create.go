@@ -50,7 +50,18 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 	}
 	if sc.createStatus != 0 && (sc.createStatusTimes == noLimit || h.createsReceived(cr.metadata["run_id"]) <= sc.createStatusTimes) {
 		h.stats.rejected.Add(1)
-		statusError(sc.createStatus).write(w)
+		e := statusError(sc.createStatus)
+		if sc.shouldRetry != "" {
+			// openai-go honours it over the status
+			// (internal/requestconfig/requestconfig.go, shouldRetry).
+			e.header = http.Header{"X-Should-Retry": {sc.shouldRetry}}
+		}
+		e.write(w)
+		return
+	}
+	if sc.contentFilter == filterPrompt {
+		h.stats.rejected.Add(1)
+		errContentFilter().write(w)
 		return
 	}
 	if sc.hosted && cr.agentField == "" {

@@ -25,12 +25,16 @@ const (
 // maxTokenBytes bounds the bearer token the emulator parses.
 const maxTokenBytes = 16 << 10
 
-// audienceFor is the audience the endpoint form of path requires.
-func audienceFor(path string) string {
+// audiencesFor are the audiences the endpoint form of path accepts, the
+// one named in errors first. An Azure OpenAI resource's /openai/v1 also
+// accepts tokens for https://ai.azure.com: microsoft/agent-framework's
+// samples get them with the scope https://ai.azure.com/.default and call
+// /openai/v1 with them.
+func audiencesFor(path string) []string {
 	if strings.HasPrefix(path, "/api/projects/") {
-		return AudienceAIFoundry
+		return []string{AudienceAIFoundry}
 	}
-	return AudienceCognitiveServices
+	return []string{AudienceCognitiveServices, AudienceAIFoundry}
 }
 
 // errTokenRejected is the Azure API gateway's 401 for a bearer token it
@@ -43,8 +47,8 @@ func errTokenRejected(audience string) *apiError {
 }
 
 // checkEntraToken verifies an RS256 JWT: signed by one of keys, aud equal to
-// audience (a trailing slash ignored), now within [nbf, exp).
-func checkEntraToken(tok string, keys []*rsa.PublicKey, audience string, now time.Time) bool {
+// one of audiences (a trailing slash ignored), now within [nbf, exp).
+func checkEntraToken(tok string, keys []*rsa.PublicKey, audiences []string, now time.Time) bool {
 	if len(tok) > maxTokenBytes {
 		return false
 	}
@@ -93,8 +97,10 @@ func checkEntraToken(tok string, keys []*rsa.PublicKey, audience string, now tim
 		return false
 	}
 	for _, a := range auds {
-		if strings.TrimSuffix(a, "/") == audience {
-			return true
+		for _, want := range audiences {
+			if strings.TrimSuffix(a, "/") == want {
+				return true
+			}
 		}
 	}
 	return false

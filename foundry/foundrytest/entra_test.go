@@ -43,7 +43,9 @@ func TestEntraTokens(t *testing.T) {
 		{"resource token on resource", resource, auth.Mint(AudienceCognitiveServices, time.Hour), 404, ""},
 		{"trailing slash", resource, auth.Mint(AudienceCognitiveServices+"/", time.Hour), 404, ""},
 		{"project token on project", project, auth.Mint(AudienceAIFoundry, time.Hour), 404, ""},
-		{"project token on resource", resource, auth.Mint(AudienceAIFoundry, time.Hour), 401, AudienceCognitiveServices},
+		// microsoft/agent-framework samples: scope https://ai.azure.com/.default against /openai/v1.
+		{"ai.azure.com token on resource", resource, auth.Mint(AudienceAIFoundry, time.Hour), 404, ""},
+		{"other audience on resource", resource, auth.Mint("https://storage.azure.com", time.Hour), 401, AudienceCognitiveServices},
 		{"resource token on project", project, auth.Mint(AudienceCognitiveServices, time.Hour), 401, AudienceAIFoundry},
 		{"expired", resource, auth.Mint(AudienceCognitiveServices, -time.Second), 401, AudienceCognitiveServices},
 		{"other signer", resource, other.Mint(AudienceCognitiveServices, time.Hour), 401, AudienceCognitiveServices},

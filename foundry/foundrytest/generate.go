@@ -37,6 +37,10 @@ func (g *generator) end() {
 
 func (g *generator) generate() {
 	r := g.r
+	if r.sc.errorFirst {
+		g.errorFirst()
+		return
+	}
 	if !g.createdWait() {
 		return
 	}
@@ -74,8 +78,16 @@ func (g *generator) generate() {
 		return
 	}
 	index := 0
-	for i := range r.req.mcpServers {
-		if !g.listTools(index, &r.req.mcpServers[i]) {
+	servers := r.req.mcpServers
+	if r.sc.listToolsFail && len(servers) == 0 {
+		servers = []mcpServer{{label: defaultServerLabel}}
+	}
+	for i := range servers {
+		if r.sc.listToolsFail && i == 0 {
+			g.listToolsFailed(index, servers[i].label)
+			return
+		}
+		if !g.listTools(index, &servers[i]) {
 			return
 		}
 		index++
@@ -398,13 +410,13 @@ func (g *generator) toolCall(index int, label, name, approvalID string) bool {
 func (g *generator) message(index int) {
 	r := g.r
 	ok := g.emit(evItemAdded, func(r *response, seq int) any {
-		r.msg = &messageItem{ID: r.msgID, Type: "message", Status: statusInProgress, Role: "assistant", Content: []outputText{}}
+		r.msg = &messageItem{ID: r.msgID, Type: "message", Status: statusInProgress, Role: "assistant", Content: []any{}}
 		r.msgIndex = index
 		r.output = append(r.output, r.msg)
 		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: r.messageLocked()}
 	}) && g.emit(evPartAdded, func(r *response, seq int) any {
 		r.partAdded = true
-		return partEvent{Type: evPartAdded, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Part: newOutputText("")}
+		return partEvent{Type: evPartAdded, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Part: r.partLocked()}
 	})
 	if !ok {
 		return
@@ -413,29 +425,83 @@ func (g *generator) message(index int) {
 	if r.req.maxOutput > 0 && r.req.maxOutput < limit {
 		limit, final, terminal = r.req.maxOutput, statusIncomplete, evIncomplete
 	}
+	if r.sc.contentFilter != "" {
+		limit = (limit + 1) / 2 // the filter stops the text half way
+	}
+	if r.sc.refusal {
+		limit = len(refusalPieces)
+	}
+	if !g.tokens(limit) {
+		return
+	}
+	switch r.sc.contentFilter {
+	case filterStream:
+		g.fail(nil, contentPolicyEvent)
+		return
+	case filterIncomplete:
+		final, terminal = statusIncomplete, evIncomplete
+		r.mu.Lock()
+		r.incomplete = &incompleteDetails{Reason: reasonFilter}
+		r.mu.Unlock()
+	}
+	if g.textDone(index, final) {
+		g.finish(final, terminal)
+	}
+}
+
+// tokens generates limit text (or refusal) tokens, with a keepalive event
+// after every emu_keepalive_every of them; it reports whether generation
+// may go on.
+func (g *generator) tokens(limit int) bool {
+	r := g.r
 	for i := 0; i < limit; i++ {
 		if i == r.sc.silentAfter && !g.silence() {
-			return
+			return false
 		}
-		if !g.wait(r.sc.tokenDelay) || !g.token(i) {
-			return
+		if !g.wait(r.sc.tokenDelay) {
+			return false
+		}
+		if ok := r.sc.refusal && g.refusalToken(i) || !r.sc.refusal && g.token(i); !ok {
+			return false
+		}
+		if n := r.sc.keepaliveEvery; n > 0 && (i+1)%n == 0 && i+1 < limit && !g.keepalive() {
+			return false
 		}
 	}
-	ok = g.emit(evTextDone, func(r *response, seq int) any {
-		return textDoneEvent{Type: evTextDone, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Text: string(r.text), Logprobs: []any{}}
-	}) && g.emit(evPartDone, func(r *response, seq int) any {
-		return partEvent{Type: evPartDone, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Part: newOutputText(string(r.text))}
+	return true
+}
+
+// keepalive emits a keepalive event. The service sends them mid-stream
+// too, not only before response.created (openai/openai-node#1964).
+func (g *generator) keepalive() bool {
+	return g.emit(evKeepalive, func(r *response, seq int) any {
+		return keepaliveEvent{Type: evKeepalive, SequenceNumber: seq}
+	})
+}
+
+// textDone emits the end of the message's text: output_text.done (or
+// refusal.done), content_part.done and output_item.done with status final.
+func (g *generator) textDone(index int, final string) bool {
+	var done bool
+	if g.r.sc.refusal {
+		done = g.emit(evRefusalDone, func(r *response, seq int) any {
+			return refusalDoneEvent{Type: evRefusalDone, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Refusal: string(r.text)}
+		})
+	} else {
+		done = g.emit(evTextDone, func(r *response, seq int) any {
+			return textDoneEvent{Type: evTextDone, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Text: string(r.text), Logprobs: []any{}}
+		})
+	}
+	return done && g.emit(evPartDone, func(r *response, seq int) any {
+		return partEvent{Type: evPartDone, SequenceNumber: seq, ItemID: r.msgID, OutputIndex: index, Part: r.partLocked()}
 	}) && g.emit(evItemDone, func(r *response, seq int) any {
 		r.msg.Status = final
 		return itemEvent{Type: evItemDone, SequenceNumber: seq, OutputIndex: index, Item: r.messageLocked()}
 	})
-	if !ok {
-		return
-	}
-	g.finish(final, terminal)
 }
 
-// finish ends the response with status final and its terminal event.
+// finish ends the response with status final and its terminal event. An
+// incomplete response without a reason set stopped at max_output_tokens.
 func (g *generator) finish(final, terminal string) {
 	r := g.r
 	r.mu.Lock()
@@ -444,7 +510,7 @@ func (g *generator) finish(final, terminal string) {
 		return
 	}
 	r.finishLocked(final)
-	if final == statusIncomplete {
+	if final == statusIncomplete && r.incomplete == nil {
 		r.incomplete = &incompleteDetails{Reason: reasonMaxTokens}
 	}
 	r.appendEventLocked(terminal, lifecycleEvent{Type: terminal, SequenceNumber: r.seqLocked(), Response: r.snapshotLocked()})
@@ -466,7 +532,7 @@ func (g *generator) token(i int) bool {
 		return false
 	}
 	g.countTokenLocked(i)
-	r.buf = appendDeltaFrame(r.buf, len(r.ends), r.msgID, r.msgIndex, r.seed, i)
+	r.buf = appendDeltaFrame(r.buf, len(r.ends), r.msgID, r.msgIndex, r.seed, i, r.req.obfuscate)
 	r.text = appendToken(r.text, r.seed, i)
 	r.endEventLocked()
 	return true

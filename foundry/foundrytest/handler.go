@@ -87,6 +87,7 @@ func NewHandler(cfg Config) *Handler {
 //	POST   /_emulator/throttle?for=D&retry_after=R (see Throttle; GET, DELETE too; no key)
 //	POST   /_emulator/faults?cancel_fail_for=D&cancel_hang_for=D (see FailCancels, HangCancels; GET, DELETE too; no key)
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	setRequestIDs(w)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -98,6 +99,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.mu.Unlock()
 	defer h.reqWG.Done()
 	h.mux.ServeHTTP(w, req)
+}
+
+// setRequestIDs gives an answer the x-request-id and apim-request-id
+// headers every Azure answer carries, which Azure support asks for
+// (Microsoft Q&A "X-Request-Id"; OpenAI API reference, "Debugging
+// requests"; Azure/azure-sdk-for-go#23936).
+func setRequestIDs(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("X-Request-Id", newUUID())
+	h.Set("Apim-Request-Id", newUUID())
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	x := hex.EncodeToString(b[:])
+	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:]
 }
 
 // Close stops every generation at once (responses in progress keep their
@@ -162,12 +183,12 @@ func (h *Handler) authorize(req *http.Request) *apiError {
 		return nil
 	}
 	if entra {
-		aud := audienceFor(req.URL.Path)
-		if tok != "" && checkEntraToken(tok, h.cfg.EntraKeys, aud, h.cfg.Clock()) {
+		auds := audiencesFor(req.URL.Path)
+		if tok != "" && checkEntraToken(tok, h.cfg.EntraKeys, auds, h.cfg.Clock()) {
 			return nil
 		}
 		if tok != "" || key == "" {
-			return errTokenRejected(aud)
+			return errTokenRejected(auds[0])
 		}
 	}
 	return errUnauthorized()

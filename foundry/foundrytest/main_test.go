@@ -136,6 +136,17 @@ type wireUsage struct {
 	TotalTokens int `json:"total_tokens"`
 }
 
+// itemError is an item's error: an mcp_call's object, or an
+// mcp_list_tools' string (kept in Message).
+type itemError struct{ mcpError }
+
+func (e *itemError) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		return json.Unmarshal(data, &e.Message)
+	}
+	return json.Unmarshal(data, &e.mcpError)
+}
+
 type wireItem struct {
 	ID          string       `json:"id"`
 	Type        string       `json:"type"`
@@ -144,7 +155,7 @@ type wireItem struct {
 	ServerLabel string       `json:"server_label"`
 	Arguments   string       `json:"arguments"`
 	Output      *string      `json:"output"`
-	Error       *mcpError    `json:"error"`
+	Error       *itemError   `json:"error"`
 	Content     []outputText `json:"content"`
 }
 

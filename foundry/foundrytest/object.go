@@ -44,13 +44,40 @@ func newOutputText(text string) outputText {
 	return outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}
 }
 
+// refusalPart is a content part of type "refusal": the model declined
+// (openai-go v3.98.0 ResponseOutputRefusal).
+type refusalPart struct {
+	Type    string `json:"type"`
+	Refusal string `json:"refusal"`
+}
+
+// refusalDeltaEvent is response.refusal.delta.
+type refusalDeltaEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	ContentIndex   int    `json:"content_index"`
+	Delta          string `json:"delta"`
+}
+
+// refusalDoneEvent is response.refusal.done.
+type refusalDoneEvent struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	ContentIndex   int    `json:"content_index"`
+	Refusal        string `json:"refusal"`
+}
+
 // messageItem is an output item of type "message".
 type messageItem struct {
-	ID      string       `json:"id"`
-	Type    string       `json:"type"`
-	Status  string       `json:"status"`
-	Role    string       `json:"role"`
-	Content []outputText `json:"content"`
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Role    string `json:"role"`
+	Content []any  `json:"content"` // outputText or refusalPart
 }
 
 // mcpCallItem is an output item of type "mcp_call".
@@ -163,12 +190,12 @@ type itemEvent struct {
 }
 
 type partEvent struct {
-	Type           string     `json:"type"`
-	SequenceNumber int        `json:"sequence_number"`
-	ItemID         string     `json:"item_id"`
-	OutputIndex    int        `json:"output_index"`
-	ContentIndex   int        `json:"content_index"`
-	Part           outputText `json:"part"`
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	ContentIndex   int    `json:"content_index"`
+	Part           any    `json:"part"` // outputText or refusalPart
 }
 
 type textDoneEvent struct {
@@ -262,6 +289,10 @@ const (
 	evFuncArgsDelta   = "response.function_call_arguments.delta"
 	evFuncArgsDone    = "response.function_call_arguments.done"
 	evKeepalive       = "keepalive"
+	evRefusalDelta    = "response.refusal.delta"
+	evRefusalDone     = "response.refusal.done"
+	evListFailed      = "response.mcp_list_tools.failed"
+	reasonFilter      = "content_filter"
 	evError           = "error"
 	statusQueued      = "queued"
 	statusInProgress  = "in_progress"

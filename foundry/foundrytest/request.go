@@ -24,6 +24,9 @@ type createRequest struct {
 	store        bool
 	metadata     map[string]string
 	maxOutput    int // 0: no limit
+	// obfuscate is stream_options.include_obfuscation (default true): delta
+	// events carry an "obfuscation" field.
+	obfuscate bool
 	// mcpServers are the MCP tools, in request order: each gets an
 	// mcp_list_tools output item.
 	mcpServers []mcpServer
@@ -233,6 +236,9 @@ func parseCreateOpts(body []byte, opts parseOptions) (*createRequest, *apiError)
 		return nil, aerr
 	}
 	if req.store, aerr = decodeBool(fields, "store", true); aerr != nil {
+		return nil, aerr
+	}
+	if req.obfuscate, aerr = parseStreamOptions(fields["stream_options"]); aerr != nil {
 		return nil, aerr
 	}
 	if req.metadata, aerr = parseMetadata(fields["metadata"]); aerr != nil {
@@ -457,4 +463,25 @@ func parseMetadata(raw json.RawMessage) (map[string]string, *apiError) {
 		md[k] = v
 	}
 	return md, nil
+}
+
+// parseStreamOptions reads stream_options.include_obfuscation, true unless
+// set to false (openai-go v3.98.0 ResponseNewParamsStreamOptions: "When
+// true, stream obfuscation will be enabled... random characters to an
+// obfuscation field on streaming delta events").
+func parseStreamOptions(raw json.RawMessage) (bool, *apiError) {
+	if len(raw) == 0 || isNull(raw) {
+		return true, nil
+	}
+	var fields map[string]json.RawMessage
+	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &fields) != nil {
+		return false, invalidType("stream_options", "an object", raw)
+	}
+	v, aerr := decodeBool(fields, "include_obfuscation", true)
+	if aerr != nil {
+		aerr.param = "stream_options.include_obfuscation"
+		aerr.message = "Invalid type for 'stream_options.include_obfuscation': expected a boolean, but got " +
+			jsonKind(fields["include_obfuscation"]) + " instead."
+	}
+	return v, aerr
 }

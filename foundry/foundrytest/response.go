@@ -174,11 +174,20 @@ func (r *response) markOpenItemsLocked(s string) {
 // messageLocked is a copy of the message item with its text so far.
 func (r *response) messageLocked() *messageItem {
 	m := *r.msg
-	m.Content = []outputText{}
+	m.Content = []any{}
 	if r.partAdded {
-		m.Content = []outputText{newOutputText(string(r.text))}
+		m.Content = []any{r.partLocked()}
 	}
 	return &m
+}
+
+// partLocked is the message's content part with the text so far: a
+// refusal part when the model refuses (emu_refusal).
+func (r *response) partLocked() any {
+	if r.sc.refusal {
+		return refusalPart{Type: "refusal", Refusal: string(r.text)}
+	}
+	return newOutputText(string(r.text))
 }
 
 // toolLocked is a copy of the mcp_call item.

@@ -80,6 +80,34 @@ const (
 	// nothing, for that many milliseconds from the first cancel call received
 	// for the response.
 	KeyCancelHangMS = "emu_cancel_hang_ms"
+	// KeyContentFilter makes Azure's content filter act: "prompt" answers
+	// the create 400 content_filter with an innererror; "stream" stops the
+	// text half way with response.failed (error null) and then an error
+	// event content_policy_violation; "incomplete" stops it half way with
+	// response.incomplete, reason content_filter.
+	KeyContentFilter = "emu_content_filter"
+	// KeyRefusal, set to 1, makes the model refuse: the message's content
+	// part is a refusal, streamed as response.refusal.delta events.
+	KeyRefusal = "emu_refusal"
+	// KeyErrorFirst, set to 1, opens the create stream with an error event
+	// insufficient_quota, then response.failed carrying it.
+	KeyErrorFirst = "emu_error_first"
+	// KeyListToolsFail, set to 1, makes the listing of the first MCP
+	// server's tools fail (424 from the MCP server); the response fails.
+	KeyListToolsFail = "emu_list_tools_fail"
+	// KeyShouldRetry, "true" or "false", adds an x-should-retry header to
+	// the error emu_create_status answers.
+	KeyShouldRetry = "emu_should_retry"
+	// KeyKeepaliveEvery sends a keepalive event after every that many text
+	// tokens, in the middle of the text.
+	KeyKeepaliveEvery = "emu_keepalive_every"
+)
+
+// emu_content_filter values.
+const (
+	filterPrompt     = "prompt"
+	filterStream     = "stream"
+	filterIncomplete = "incomplete"
 )
 
 // HostedAgentPrefix marks agent names the emulator treats as Foundry hosted
@@ -127,6 +155,12 @@ type scenario struct {
 	silentFor             time.Duration // silentForever, or how long the silence lasts
 	cancelFail            time.Duration // cancel calls answer 500 this long from the first one
 	cancelHang            time.Duration // cancel calls hang (then 504) this long from the first one
+	contentFilter         string        // "", or an emu_content_filter value
+	refusal               bool          // the model refuses
+	errorFirst            bool          // the stream opens with an insufficient_quota error
+	listToolsFail         bool          // listing the first MCP server's tools fails
+	shouldRetry           string        // "", "true" or "false": x-should-retry on emu_create_status answers
+	keepaliveEvery        int           // 0, or the text tokens between two keepalives
 }
 
 // silentForever is the silence of emu_silent_after without emu_silent_ms:
@@ -185,7 +219,14 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 	intKey(KeySilentMS, maxMS, func(n int64) { sc.silentFor = ms(n) })
 	intKey(KeyCancelFailMS, maxMS, func(n int64) { sc.cancelFail = ms(n) })
 	intKey(KeyCancelHangMS, maxMS, func(n int64) { sc.cancelHang = ms(n) })
+	intKey(KeyRefusal, 1, func(n int64) { sc.refusal = n == 1 })
+	intKey(KeyErrorFirst, 1, func(n int64) { sc.errorFirst = n == 1 })
+	intKey(KeyListToolsFail, 1, func(n int64) { sc.listToolsFail = n == 1 })
+	intKey(KeyKeepaliveEvery, int64(cfg.MaxTokens), func(n int64) { sc.keepaliveEvery = int(n) })
 	if aerr != nil {
+		return scenario{}, aerr
+	}
+	if aerr := sc.parseChoices(md); aerr != nil {
 		return scenario{}, aerr
 	}
 	if v, ok := md[KeyFailCode]; ok {
@@ -225,4 +266,26 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 		sc.toolDelay = 0
 	}
 	return sc, nil
+}
+
+// parseChoices reads the keys whose values are words.
+func (sc *scenario) parseChoices(md map[string]string) *apiError {
+	choice := func(key string, set *string, allowed ...string) *apiError {
+		v, ok := md[key]
+		if !ok {
+			return nil
+		}
+		for _, a := range allowed {
+			if v == a {
+				*set = v
+				return nil
+			}
+		}
+		return invalidRequest("metadata."+key, "invalid_value",
+			"Invalid value for 'metadata.%s': %q. The emulator expects one of %s.", key, v, strings.Join(allowed, ", "))
+	}
+	if aerr := choice(KeyContentFilter, &sc.contentFilter, filterPrompt, filterStream, filterIncomplete); aerr != nil {
+		return aerr
+	}
+	return choice(KeyShouldRetry, &sc.shouldRetry, "true", "false")
 }

@@ -20,12 +20,17 @@ func appendFrame(dst []byte, typ string, data []byte) []byte {
 
 // deltaFrameOverhead is the fixed part of a delta frame, for sizing.
 const deltaFrameOverhead = "event: " + evTextDelta + "\ndata: {\"type\":\"" + evTextDelta +
-	"\",\"sequence_number\":,\"item_id\":\"\",\"output_index\":,\"content_index\":0,\"delta\":\"\",\"logprobs\":[]}\n\n"
+	"\",\"sequence_number\":,\"item_id\":\"\",\"output_index\":,\"content_index\":0,\"delta\":\"\",\"logprobs\":[],\"obfuscation\":\"0123456789012345678\"}\n\n"
 
 // appendDeltaFrame appends a response.output_text.delta frame whose delta is
 // the i-th token of seed, without reflection or allocation: this is the hot
 // path of the emulator.
-func appendDeltaFrame(dst []byte, seq int, itemID string, outputIndex int, seed uint64, i int) []byte {
+//
+// With obfuscate the event carries an "obfuscation" field of random
+// characters, as the service adds unless stream_options.include_obfuscation
+// is false (openai-go v3.98.0 ResponseTextDeltaEvent.Obfuscation): 4 to 19
+// letters here, chosen from seed and i.
+func appendDeltaFrame(dst []byte, seq int, itemID string, outputIndex int, seed uint64, i int, obfuscate bool) []byte {
 	dst = append(dst, "event: "+evTextDelta+"\ndata: {\"type\":\""+evTextDelta+"\",\"sequence_number\":"...)
 	dst = strconv.AppendInt(dst, int64(seq), 10)
 	dst = append(dst, `,"item_id":"`...)
@@ -34,7 +39,27 @@ func appendDeltaFrame(dst []byte, seq int, itemID string, outputIndex int, seed 
 	dst = strconv.AppendInt(dst, int64(outputIndex), 10)
 	dst = append(dst, `,"content_index":0,"delta":"`...)
 	dst = appendToken(dst, seed, i) // vocabulary words need no JSON escaping
-	return append(dst, "\",\"logprobs\":[]}\n\n"...)
+	dst = append(dst, "\",\"logprobs\":[]"...)
+	if obfuscate {
+		dst = appendObfuscation(dst, seed, i)
+	}
+	return append(dst, "}\n\n"...)
+}
+
+// obfuscationAlphabet holds the characters of an obfuscation field.
+const obfuscationAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// appendObfuscation appends `,"obfuscation":"<4 to 19 characters>"`.
+func appendObfuscation(dst []byte, seed uint64, i int) []byte {
+	x := seed ^ (uint64(i)+1)*0x9E3779B97F4A7C15
+	dst = append(dst, `,"obfuscation":"`...)
+	for n := 4 + int(x%16); n > 0; n-- {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		dst = append(dst, obfuscationAlphabet[x%uint64(len(obfuscationAlphabet))])
+	}
+	return append(dst, '"')
 }
 
 // setSSEHeaders prepares w for an event stream.

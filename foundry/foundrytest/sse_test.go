@@ -10,7 +10,18 @@ import (
 func TestDeltaFrameMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	for i := 0; i < 200; i++ {
-		frame := appendDeltaFrame(nil, i*7, "msg_abc", i%3, 42, i)
+		obfuscate := i%2 == 0
+		frame := appendDeltaFrame(nil, i*7, "msg_abc", i%3, 42, i, obfuscate)
+		var obfuscation string
+		if obfuscate {
+			// The field's value is random: take it from the frame, check its shape.
+			_, after, _ := bytes.Cut(frame, []byte(`"obfuscation":"`))
+			v, _, _ := bytes.Cut(after, []byte(`"`))
+			if len(v) < 4 || len(v) > 19 || strings.Trim(string(v), obfuscationAlphabet) != "" {
+				t.Fatalf("token %d: obfuscation %q", i, v)
+			}
+			obfuscation = string(v)
+		}
 		want := appendFrame(nil, evTextDelta, mustJSON(t, struct {
 			Type           string `json:"type"`
 			SequenceNumber int    `json:"sequence_number"`
@@ -19,7 +30,8 @@ func TestDeltaFrameMatchesEncodingJSON(t *testing.T) {
 			ContentIndex   int    `json:"content_index"`
 			Delta          string `json:"delta"`
 			Logprobs       []any  `json:"logprobs"`
-		}{evTextDelta, i * 7, "msg_abc", i % 3, 0, string(appendToken(nil, 42, i)), []any{}}))
+			Obfuscation    string `json:"obfuscation,omitempty"`
+		}{evTextDelta, i * 7, "msg_abc", i % 3, 0, string(appendToken(nil, 42, i)), []any{}, obfuscation}))
 		if !bytes.Equal(frame, want) {
 			t.Fatalf("token %d:\n got %q\nwant %q", i, frame, want)
 		}
@@ -30,7 +42,7 @@ func TestFramesParse(t *testing.T) {
 	t.Parallel()
 	var buf []byte
 	buf = appendFrame(buf, evCreated, mustJSON(t, lifecycleEvent{Type: evCreated, SequenceNumber: 0, Response: &responseObject{ID: "resp_1"}}))
-	buf = appendDeltaFrame(buf, 1, "msg_1", 0, 1, 0)
+	buf = appendDeltaFrame(buf, 1, "msg_1", 0, 1, 0, true)
 	s := newSSEReader(bytes.NewReader(buf))
 	for i, typ := range []string{evCreated, evTextDelta} {
 		ev, err := s.next()
