@@ -244,6 +244,11 @@ func (c *callbacks) provision(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("gateway: tenant %s: create consumer %s: %w", c.t.cfg.Name, c.names.Sender, err)
 	}
+	// Without the state bucket (no worker has provisioned it yet) no run
+	// has ended: stage 1 creates its consumer once the bucket exists.
+	if _, err := c.followerConsumer(ctx); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("gateway: tenant %s: create consumer %s: %w", c.t.cfg.Name, c.names.Follower, err)
+	}
 	return nil
 }
 

@@ -400,3 +400,16 @@ func TestSignatureV2(t *testing.T) {
 		}
 	}
 }
+
+// The consumer that follows the state bucket for ended runs exists once
+// the gateway is ready: it delivers only writes made after it was created,
+// so a run that ended before it would never get its callback.
+func TestCallbackFollowerExistsWhenReady(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	e.gateway(gateway.Config{Callbacks: callbackConfig()})
+	js := mustJS(t, e.nc)
+	if _, err := js.Consumer(context.Background(), "KV_foundryq-runs", "foundryq-gateway-follower"); err != nil {
+		t.Fatalf("follower consumer right after Ready: %v", err)
+	}
+}

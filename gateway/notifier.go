@@ -105,17 +105,19 @@ func (c *callbacks) iterate(ctx context.Context, cons jetstream.Consumer, limit 
 
 // follow is stage 1.
 func (c *callbacks) follow(ctx context.Context) error {
-	js := c.t.js
-	stream := "KV_" + c.names.stateBucket
-	open := func(ctx context.Context) (jetstream.Consumer, error) {
-		return js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-			Durable: c.names.Follower, Description: "foundryq gateway: runs that ended, for callbacks",
-			DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait: 30 * time.Second, MaxDeliver: -1, MaxAckPending: 1000,
-			FilterSubject: "$KV." + c.names.stateBucket + ".>",
-		})
-	}
-	return c.consume(ctx, c.names.Follower, open, 1, c.followOne)
+	return c.consume(ctx, c.names.Follower, c.followerConsumer, 1, c.followOne)
+}
+
+// followerConsumer creates (or finds) stage 1's consumer on the state
+// bucket's stream. It delivers only the writes made after it was first
+// created, so provision creates it before the gateway accepts runs.
+func (c *callbacks) followerConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return c.t.js.CreateOrUpdateConsumer(ctx, "KV_"+c.names.stateBucket, jetstream.ConsumerConfig{
+		Durable: c.names.Follower, Description: "foundryq gateway: runs that ended, for callbacks",
+		DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxDeliver: -1, MaxAckPending: 1000,
+		FilterSubject: "$KV." + c.names.stateBucket + ".>",
+	})
 }
 
 func (c *callbacks) followOne(ctx context.Context, msg jetstream.Msg) {
