@@ -233,7 +233,7 @@ func startStack(t *testing.T, img images) *stack {
 	step(t, "start NATS (nats-server.conf), the emulator and two workers on network %s", nw.Name)
 	s.nats = run(ctx, t, "nats", img.nats,
 		network.WithNetwork([]string{"nats"}, nw),
-		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW}),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW, "GATEWAY_PASSWORD": "g" + randomHex(t, 12)}),
 		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
 		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
 	)
@@ -939,7 +939,7 @@ func testTLSConf(t *testing.T, img images) {
 	ctr := run(ctx, t, "nats-tls", img.nats,
 		testcontainers.WithCmd("--config", "/etc/nats/nats-server-tls.conf"),
 		testcontainers.WithFiles(files...),
-		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": clientPW, "JETSTREAM_KEY": "k" + randomHex(t, 16)}),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": clientPW, "GATEWAY_PASSWORD": "g" + randomHex(t, 12), "JETSTREAM_KEY": "k" + randomHex(t, 16)}),
 		testcontainers.WithExposedPorts("4222/tcp"),
 		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
 	)
