@@ -443,6 +443,21 @@ func TestHelmValuesHoldNoEmptyPassword(t *testing.T) {
 	}
 }
 
+// TestHelmValuesRouteAuth: the Helm values' routes authenticate and use
+// TLS, with no empty password (the route password is set at install).
+func TestHelmValuesRouteAuth(t *testing.T) {
+	values := readYAML(t, "nats-values.yaml")
+	if user := dig(t, values, "config", "cluster", "routeURLs", "user"); user != "route" {
+		t.Errorf("config.cluster.routeURLs.user %v, want route", user)
+	}
+	if pw, _ := dig(t, values, "config", "cluster", "routeURLs", "password").(string); strings.TrimSpace(pw) == "" {
+		t.Error("config.cluster.routeURLs.password is empty: routes would not authenticate")
+	}
+	if dig(t, values, "config", "cluster", "tls", "enabled") != true || dig(t, values, "config", "cluster", "tls", "secretName") == "" {
+		t.Error("config.cluster.tls: want enabled with a secretName (routes over TLS)")
+	}
+}
+
 // TestComposeRequiresPasswords: the compose files refuse to start without
 // each password (${VAR:?...}), so none can come out empty.
 func TestComposeRequiresPasswords(t *testing.T) {

@@ -33,7 +33,7 @@ func TestGatewayPermissions(t *testing.T) {
 	gwUser := connectAs(t, s, "gateway", "gatewaypw1")
 	gw, err := gateway.New(gateway.Config{
 		Addr: "127.0.0.1:0", NoAuth: true,
-		Tenants:   []gateway.Tenant{{Name: "perm", Conn: gwUser.nc}},
+		Tenants: []gateway.Tenant{{Name: "perm", Conn: gwUser.nc}},
 		// One attempt: a refused callback goes to the dead letters at once.
 		Callbacks: gateway.CallbackConfig{Secret: []byte("callback-secret-for-tests"), AllowLoopback: true, MaxAttempts: 1},
 	})
