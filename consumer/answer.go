@@ -30,8 +30,9 @@ import (
 //     reconnect each worker re-reads the records of the runs it owns.
 //   - The request: one worker answers it (queue group). It records the
 //     cancel in the run's state record (status cancelling), tells the owner
-//     (a notice on the cancel subject, which every worker hears outside the
-//     group; directly if it owns the run itself), and replies "cancelling"
+//     (a notice on <prefix>.notice.<run_id>, which every worker hears and
+//     only workers may publish; directly if it owns the run itself), and
+//     replies "cancelling"
 //     at once: it never waits for Foundry. A worker that takes a run reads
 //     its record and the cancels stream first.
 //   - The notice is a request: an owner answers it. If no owner does within
@@ -57,9 +58,9 @@ const answerTimeout = 10 * time.Second
 // cancel itself.
 const ownerAnswerTimeout = time.Second
 
-// subscribeCancels subscribes to the cancel subjects (in the workers' queue
-// group, to answer each request once, and on its own, to hear the notices
-// for the runs it owns) and to the stored cancel records.
+// subscribeCancels subscribes to the cancel subject (in the workers' queue
+// group, to answer each request once), to the notice subject (to hear the
+// notices for the runs it owns) and to the stored cancel records.
 func (w *Worker) subscribeCancels(ctx context.Context) (func(), error) {
 	subject := w.names.CancelWildcard()
 	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -76,7 +77,9 @@ func (w *Worker) subscribeCancels(ctx context.Context) (func(), error) {
 	}{
 		{subject, w.names.WorkerQueueGroup(), func(m *nats.Msg) {
 			if m.Header.Get(events.HeaderCancelNotice) != "" {
-				return // a worker's notice to the owner, not a request
+				// An older worker's notice (they sent them here), or a
+				// client's forgery: not a request, and not trusted.
+				return
 			}
 			slots <- struct{}{}
 			w.cancelWG.Add(1)
@@ -86,7 +89,7 @@ func (w *Worker) subscribeCancels(ctx context.Context) (func(), error) {
 				w.onCancelRequest(cctx, m)
 			}()
 		}},
-		{subject, "", w.onCancelNotice},
+		{w.names.NoticeWildcard(), "", w.onCancelNotice},
 		{w.names.CancelRecordsWildcard(), "", w.onCancelRecord},
 	} {
 		sub, err := w.nc.QueueSubscribe(s.subject, s.queue, s.handle)
@@ -105,9 +108,10 @@ func (w *Worker) subscribeCancels(ctx context.Context) (func(), error) {
 }
 
 // onCancelNotice stops the run if this worker owns it, when another worker
-// has recorded a cancel for it, and acknowledges the notice. Requests
-// themselves are left to the answering worker, so that a malformed cancel
-// cancels nothing.
+// has recorded a cancel for it, and acknowledges the notice. It hears the
+// notice subject only, which clients may not publish: a notice on the
+// cancel subject (an older worker's, or a forgery) is not followed; the
+// stored record carries such a cancel to the owner all the same.
 func (w *Worker) onCancelNotice(m *nats.Msg) {
 	if m.Header.Get(events.HeaderCancelNotice) == "" {
 		return
@@ -318,7 +322,7 @@ func (w *Worker) cancelUnrecorded(ctx context.Context, runID string, req events.
 	return reply, func() { w.noticeOwner(runID, m, sc, "") }
 }
 
-// noticeOwner tells the run's owner about a cancel (a request on the cancel
+// noticeOwner tells the run's owner about a cancel (a request on the notice
 // subject with the notice header, carrying the trace context of sc). If no
 // owner acknowledges it within ownerAnswerTimeout and the record names a
 // response, this worker calls Foundry's cancel once itself: the owner is
@@ -326,7 +330,7 @@ func (w *Worker) cancelUnrecorded(ctx context.Context, runID string, req events.
 // run's lease lapses. Calls for one run are not repeated while one is in
 // flight.
 func (w *Worker) noticeOwner(runID string, req *nats.Msg, sc trace.SpanContext, responseID string) {
-	m := nats.NewMsg(w.names.CancelSubject(runID))
+	m := nats.NewMsg(w.names.NoticeSubject(runID))
 	m.Data = req.Data
 	m.Header.Set(events.HeaderCancelNotice, w.cfg.WorkerID)
 	if id := req.Header.Get(events.HeaderCancelID); id != "" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/foundryq/foundryq/consumer"
@@ -459,6 +460,43 @@ func TestMalformedCancelCancelsNothing(t *testing.T) {
 	}
 	if st := e.state("bad-c"); st.Cancel != nil {
 		t.Fatalf("a malformed cancel was recorded: %+v", st.Cancel)
+	}
+	if n := e.emu.Stats().CancelsReceived; n != 0 {
+		t.Fatalf("Foundry got %d cancels", n)
+	}
+}
+
+// A client that sends what looks like a worker's cancel notice (the cancel
+// subject with the header Foundryq-Cancel-Notice, as workers sent them
+// before notices moved to <prefix>.notice.<run_id>) cancels nothing: only
+// workers may publish notices, on their own subject, and a run is
+// cancelled by a cancel on record or a request a worker answered.
+func TestForgedCancelNoticeCancelsNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.twoWorkers(consumer.Config{})
+	e.submit(request("forged-n", map[string]string{"emu_tokens": "60", "emu_token_ms": "25"}))
+	e.waitEvent("forged-n", events.TypeTextDelta, 10*time.Second)
+	for _, withReply := range []bool{false, true} {
+		m := nats.NewMsg("foundryq.cancel.forged-n")
+		m.Data = []byte(`{"reason":"forged"}`)
+		m.Header.Set(events.HeaderCancelNotice, "wa")
+		if withReply {
+			if _, err := e.nc.RequestMsg(m, 2*time.Second); err == nil {
+				t.Fatal("a worker answered a forged notice")
+			}
+			continue
+		}
+		if err := e.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := e.collect("forged-n", 20*time.Second)
+	if last := checkWellFormed(t, evs); last.Type != events.TypeRunCompleted {
+		t.Fatalf("run ended %s after forged notices", last.Type)
+	}
+	if st := e.state("forged-n"); st.Cancel != nil {
+		t.Fatalf("a forged notice was recorded: %+v", st.Cancel)
 	}
 	if n := e.emu.Stats().CancelsReceived; n != 0 {
 		t.Fatalf("Foundry got %d cancels", n)

@@ -69,6 +69,7 @@ cp deploy/Dockerfile "$ctx/foundryq/Dockerfile"
 echo "build-images: go build github.com/nats-io/nats-server/v2 ($GOOS/$GOARCH)" >&2
 layout "$ctx/nats" data
 go build "${build_flags[@]}" -o "$ctx/nats/nats-server" github.com/nats-io/nats-server/v2
+go build "${build_flags[@]}" -o "$ctx/nats/nats-guard" ./deploy/nats/guard
 cp deploy/nats/Dockerfile deploy/nats/*.conf "$ctx/nats/"
 
 # DOCKER_BUILDKIT=0: the classic builder never pulls anything for FROM scratch.

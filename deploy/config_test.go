@@ -3,9 +3,12 @@ package deploy
 import (
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/natsguard"
 	"github.com/foundryq/foundryq/internal/tlstest"
 )
 
@@ -25,10 +30,11 @@ import (
 // TestNATSConfigs loads the server configs the way nats-server does (the
 // TLS one with certificates made here at its mount paths).
 func TestNATSConfigs(t *testing.T) {
-	for _, v := range []string{"WORKER_PASSWORD", "CLIENT_PASSWORD", "JETSTREAM_KEY", "TEAM_A_WORKER_PASSWORD", "TEAM_A_CLIENT_PASSWORD", "TEAM_B_WORKER_PASSWORD", "TEAM_B_CLIENT_PASSWORD"} {
+	for v := range configSecrets {
 		t.Setenv(v, "pass")
 	}
 	t.Setenv("SERVER_NAME", "nats-2")
+	routeURLs(t)
 	tlsConf := tlstest.New(t).ServerConfig(t, "nats", "nats-server-tls.conf")
 	files := map[string]string{
 		"nats-server.conf":     filepath.Join("nats", "nats-server.conf"),
@@ -73,9 +79,15 @@ func checkClusterConf(t *testing.T, opts *server.Options) {
 	if opts.Cluster.Name == "" || opts.Cluster.Port != 6222 || !opts.Cluster.NoAdvertise {
 		t.Errorf("cluster.conf: cluster %q port %d no_advertise %v, want a name, 6222 and true", opts.Cluster.Name, opts.Cluster.Port, opts.Cluster.NoAdvertise)
 	}
+	if opts.Cluster.Username != "route" || opts.Cluster.Password != "pass" {
+		t.Errorf("cluster.conf: route authorization %q/%q, want user route with $ROUTE_PASSWORD", opts.Cluster.Username, opts.Cluster.Password)
+	}
 	var routes []string
 	for _, r := range opts.Routes {
 		routes = append(routes, r.Host)
+		if p, _ := r.User.Password(); r.User.Username() != "route" || p != "pass" {
+			t.Errorf("cluster.conf: route %s without the route credentials", r.Host)
+		}
 	}
 	if want := []string{"nats-1:6222", "nats-2:6222", "nats-3:6222"}; !reflect.DeepEqual(routes, want) {
 		t.Errorf("cluster.conf: routes %v, want %v (the services of compose.cluster.yml)", routes, want)
@@ -86,7 +98,7 @@ func checkClusterConf(t *testing.T, opts *server.Options) {
 // have the permissions of the same role in nats-server.conf, with their
 // own inbox in place of _INBOX.<role>.
 func TestTenantsConfigMatchesServerConf(t *testing.T) {
-	for _, v := range []string{"WORKER_PASSWORD", "CLIENT_PASSWORD", "TEAM_A_WORKER_PASSWORD", "TEAM_A_CLIENT_PASSWORD", "TEAM_B_WORKER_PASSWORD", "TEAM_B_CLIENT_PASSWORD"} {
+	for v := range configSecrets {
 		t.Setenv(v, "pass")
 	}
 	parsed, err := conf.ParseFile(filepath.Join("nats", "nats-server.conf"))
@@ -132,8 +144,9 @@ func TestNATSConfigNeedsPasswords(t *testing.T) {
 // TestHelmValuesMatchServerConf: the users' permissions in the Helm values
 // are the ones in nats-server.conf (which the container tests exercise).
 func TestHelmValuesMatchServerConf(t *testing.T) {
-	t.Setenv("WORKER_PASSWORD", "wpass")
-	t.Setenv("CLIENT_PASSWORD", "cpass")
+	for v := range configSecrets {
+		t.Setenv(v, "pass")
+	}
 	parsed, err := conf.ParseFile(filepath.Join("nats", "nats-server.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -149,8 +162,12 @@ func TestHelmValuesMatchServerConf(t *testing.T) {
 		t.Fatalf("nats-values.yaml: %v", err)
 	}
 	account := dig(t, values, "config", "merge", "accounts", "FOUNDRYQ").(map[string]any)
-	if account["jetstream"] != "enabled" {
-		t.Errorf("nats-values.yaml: account FOUNDRYQ jetstream %v, want enabled", account["jetstream"])
+	if got, want := canonical(t, account["jetstream"]), canonical(t, map[string]any{"max_file": "20G", "max_mem": "256M"}); got != want {
+		t.Errorf("nats-values.yaml: account FOUNDRYQ jetstream %s, want %s (nats-server.conf's limits)", got, want)
+	}
+	confJS := canonical(t, dig(t, parsed, "accounts", "FOUNDRYQ", "jetstream"))
+	if want := canonical(t, map[string]any{"max_file": 20e9, "max_mem": 256e6}); confJS != want { // nats: G = 1e9
+		t.Errorf("nats-server.conf: account FOUNDRYQ jetstream %s, want %s (the Helm values' limits)", confJS, want)
 	}
 	helmUsers := usersOf(t, "nats-values.yaml", account["users"])
 
@@ -302,6 +319,158 @@ func TestHelmValuesTLS(t *testing.T) {
 	for _, f := range []string{"/etc/nats/tls/tls.crt", "/etc/nats/tls/tls.key", "/etc/nats/tls/ca.crt"} {
 		if !strings.Contains(string(raw), f) {
 			t.Errorf("nats-server-tls.conf does not read %s (the kubernetes.io/tls Secret's names)", f)
+		}
+	}
+}
+
+// configSecrets are the secret variables of the shipped configs, by the
+// files that read them (nats-server.conf's are read by the files that
+// include it too).
+var configSecrets = map[string][]string{
+	"WORKER_PASSWORD":         {"nats-server.conf", "cluster.conf", "nats-server-tls.conf"},
+	"CLIENT_PASSWORD":         {"nats-server.conf", "cluster.conf", "nats-server-tls.conf"},
+	"GATEWAY_PASSWORD":        {"nats-server.conf", "cluster.conf", "nats-server-tls.conf"},
+	"ROUTE_PASSWORD":          {"cluster.conf"},
+	"ROUTE_URL_1":             {"cluster.conf"},
+	"JETSTREAM_KEY":           {"nats-server-tls.conf"},
+	"TEAM_A_WORKER_PASSWORD":  {"tenants.conf"},
+	"TEAM_A_CLIENT_PASSWORD":  {"tenants.conf"},
+	"TEAM_A_GATEWAY_PASSWORD": {"tenants.conf"},
+	"TEAM_B_WORKER_PASSWORD":  {"tenants.conf"},
+	"TEAM_B_CLIENT_PASSWORD":  {"tenants.conf"},
+	"TEAM_B_GATEWAY_PASSWORD": {"tenants.conf"},
+}
+
+// routeURLs sets cluster.conf's route URLs as compose.cluster.yml does,
+// with the route password "pass".
+func routeURLs(t *testing.T) {
+	for i := 1; i <= 3; i++ {
+		t.Setenv("ROUTE_URL_"+strconv.Itoa(i), "nats-route://route:pass@nats-"+strconv.Itoa(i)+":6222")
+	}
+}
+
+// TestNATSConfigsRefuseEmptySecrets: a secret variable set but empty stops
+// the server as an unset one does (nats-server alone would start with a
+// user anyone can log in as), in every shipped config that reads it, and
+// every secret the configs read is in configSecrets.
+func TestNATSConfigsRefuseEmptySecrets(t *testing.T) {
+	t.Setenv("SERVER_NAME", "nats-1")
+	routeURLs(t)
+	tlsConf := tlstest.New(t).ServerConfig(t, "nats", "nats-server-tls.conf")
+	path := func(name string) string {
+		if name == "nats-server-tls.conf" {
+			return tlsConf
+		}
+		return filepath.Join("nats", name)
+	}
+	ref := regexp.MustCompile(`(?m)^[^#\n]*:\s*\$([A-Z][A-Z0-9_]*(PASSWORD|KEY))\b`)
+	routeRef := regexp.MustCompile(`(?m)^\s*\$(ROUTE_URL_[0-9])\s*$`)
+	for _, name := range []string{"nats-server.conf", "cluster.conf", "nats-server-tls.conf", "tenants.conf", "dev.conf"} {
+		raw, err := os.ReadFile(filepath.Join("nats", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range append(ref.FindAllStringSubmatch(string(raw), -1), routeRef.FindAllStringSubmatch(string(raw), -1)...) {
+			if m[1] == "ROUTE_URL_2" || m[1] == "ROUTE_URL_3" {
+				continue // as ROUTE_URL_1
+			}
+			if !slices.Contains(configSecrets[m[1]], name) {
+				t.Errorf("%s reads $%s, which configSecrets does not list for it", name, m[1])
+			}
+		}
+	}
+	for secret, files := range configSecrets {
+		for _, name := range files {
+			t.Run(name+" "+secret, func(t *testing.T) {
+				for v := range configSecrets {
+					t.Setenv(v, "pass")
+				}
+				routeURLs(t)
+				if secret == "ROUTE_URL_1" {
+					t.Setenv(secret, "nats-route://route:@nats-1:6222")
+				} else {
+					t.Setenv(secret, "")
+				}
+				s, err := natsembed.Start(natsembed.Config{ConfigFile: path(name), StoreDir: t.TempDir()})
+				if err == nil {
+					s.Shutdown()
+					t.Fatalf("%s started with %s empty", name, secret)
+				}
+				if !errors.Is(err, natsguard.ErrEmptySecret) {
+					t.Fatalf("%s with %s empty: %v, want natsguard.ErrEmptySecret", name, secret, err)
+				}
+			})
+		}
+	}
+}
+
+// TestNATSAccountsHaveStoreLimits: every account of a shipped config with
+// users has its share of the store (max_file, max_mem), so that what its
+// clients write cannot fill the server's disk.
+func TestNATSAccountsHaveStoreLimits(t *testing.T) {
+	for v := range configSecrets {
+		t.Setenv(v, "pass")
+	}
+	for _, name := range []string{"nats-server.conf", "tenants.conf"} {
+		parsed, err := conf.ParseFile(filepath.Join("nats", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for account, v := range dig(t, parsed, "accounts").(map[string]any) {
+			js, _ := v.(map[string]any)["jetstream"].(map[string]any)
+			for _, limit := range []string{"max_file", "max_mem"} {
+				if n, _ := js[limit].(int64); n <= 0 {
+					t.Errorf("%s: account %s: jetstream %s %v, want a limit", name, account, limit, js[limit])
+				}
+			}
+		}
+	}
+}
+
+// TestHelmValuesHoldNoEmptyPassword: every user of the Helm values has a
+// bcrypt hash for a password (never an empty string, never plain text).
+func TestHelmValuesHoldNoEmptyPassword(t *testing.T) {
+	values := readYAML(t, "nats-values.yaml")
+	users := dig(t, values, "config", "merge", "accounts", "FOUNDRYQ", "users").([]any)
+	if len(users) == 0 {
+		t.Fatal("nats-values.yaml: no users")
+	}
+	for _, u := range users {
+		m := u.(map[string]any)
+		if pw, _ := m["password"].(string); !strings.HasPrefix(pw, "$2a$11$") || len(pw) < 60 {
+			t.Errorf("nats-values.yaml: user %v: password %q, want a bcrypt hash ($2a$11$...)", m["user"], pw)
+		}
+	}
+}
+
+// TestHelmValuesRouteAuth: the Helm values' routes authenticate and use
+// TLS, with no empty password (the route password is set at install).
+func TestHelmValuesRouteAuth(t *testing.T) {
+	values := readYAML(t, "nats-values.yaml")
+	if user := dig(t, values, "config", "cluster", "routeURLs", "user"); user != "route" {
+		t.Errorf("config.cluster.routeURLs.user %v, want route", user)
+	}
+	if pw, _ := dig(t, values, "config", "cluster", "routeURLs", "password").(string); strings.TrimSpace(pw) == "" {
+		t.Error("config.cluster.routeURLs.password is empty: routes would not authenticate")
+	}
+	if dig(t, values, "config", "cluster", "tls", "enabled") != true || dig(t, values, "config", "cluster", "tls", "secretName") == "" {
+		t.Error("config.cluster.tls: want enabled with a secretName (routes over TLS)")
+	}
+}
+
+// TestComposeRequiresPasswords: the compose files refuse to start without
+// each password (${VAR:?...}), so none can come out empty.
+func TestComposeRequiresPasswords(t *testing.T) {
+	ref := regexp.MustCompile(`(?m)^\s*([A-Z_]*PASSWORD):\s*(.*)$`)
+	for _, file := range []string{filepath.Join("..", "docker-compose.yml"), "compose.cluster.yml"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ref.FindAllStringSubmatch(string(raw), -1) {
+			if !regexp.MustCompile(`^\$\{[A-Z_]+:\?`).MatchString(m[2]) {
+				t.Errorf("%s: %s: %s, want ${VAR:?message} (refused when unset or empty)", file, m[1], m[2])
+			}
 		}
 	}
 }

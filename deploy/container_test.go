@@ -69,6 +69,8 @@ func TestContainers(t *testing.T) {
 	t.Run("client may not publish events or administer streams", s.testClientDenied)
 	t.Run("worker may not submit runs", s.testWorkerDenied)
 	t.Run("anonymous connections are refused", s.testAnonymous)
+	t.Run("the gateway role reads a queued run's time, not worker subjects", s.testGatewayRole)
+	t.Run("an empty password stops the NATS image", func(t *testing.T) { testEmptyPassword(t, img) })
 	t.Run("dev.conf runs JetStream without auth", func(t *testing.T) { testDevConf(t, img) })
 	t.Run("the image's nats-server-tls.conf serves mutual TLS", func(t *testing.T) { testTLSConf(t, img) })
 }
@@ -207,6 +209,7 @@ type stack struct {
 	natsURL, monitorURL  string                                     // mapped ports, no credentials
 	emulatorURL          string
 	workerPass, clientPW string
+	gatewayPW            string
 
 	nc       *nats.Conn // the client user
 	js       jetstream.JetStream
@@ -221,7 +224,7 @@ func startStack(t *testing.T, img images) *stack {
 	defer cancel()
 	// Passwords start with a letter: nats-server parses the value of an
 	// environment variable as a config token.
-	s := &stack{img: img, workerPass: "w" + randomHex(t, 12), clientPW: "c" + randomHex(t, 12), workers: map[string]*testcontainers.DockerContainer{}}
+	s := &stack{img: img, workerPass: "w" + randomHex(t, 12), clientPW: "c" + randomHex(t, 12), gatewayPW: "g" + randomHex(t, 12), workers: map[string]*testcontainers.DockerContainer{}}
 
 	nw, err := network.New(ctx)
 	if err != nil {
@@ -233,7 +236,7 @@ func startStack(t *testing.T, img images) *stack {
 	step(t, "start NATS (nats-server.conf), the emulator and two workers on network %s", nw.Name)
 	s.nats = run(ctx, t, "nats", img.nats,
 		network.WithNetwork([]string{"nats"}, nw),
-		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW}),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW, "GATEWAY_PASSWORD": s.gatewayPW}),
 		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
 		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
 	)
@@ -939,7 +942,7 @@ func testTLSConf(t *testing.T, img images) {
 	ctr := run(ctx, t, "nats-tls", img.nats,
 		testcontainers.WithCmd("--config", "/etc/nats/nats-server-tls.conf"),
 		testcontainers.WithFiles(files...),
-		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": clientPW, "JETSTREAM_KEY": "k" + randomHex(t, 16)}),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": clientPW, "GATEWAY_PASSWORD": "g" + randomHex(t, 12), "JETSTREAM_KEY": "k" + randomHex(t, 16)}),
 		testcontainers.WithExposedPorts("4222/tcp"),
 		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
 	)
@@ -970,5 +973,66 @@ func testTLSConf(t *testing.T, img images) {
 	if nc, err := events.Connect(url, nats.UserInfo("client", clientPW), nats.Secure(noCert), nats.Timeout(10*time.Second)); err == nil {
 		nc.Close()
 		t.Fatal("connected without a client certificate")
+	}
+}
+
+// testGatewayRole connects as the gateway user of the image's
+// nats-server.conf: it may read a queued request (the time GET
+// /v1/runs/{id} reports) and may not publish workers' notices.
+func (s *stack) testGatewayRole(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	errs := make(chan error, 16)
+	nc, err := events.Connect(s.natsURL, nats.UserInfo("gateway", s.gatewayPW), nats.Timeout(5*time.Second),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+	if err != nil {
+		t.Fatalf("connect as gateway: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := events.Names{}
+	runs, err := js.Stream(ctx, names.RunsStream())
+	if err != nil {
+		t.Fatalf("gateway: runs stream info: %v", err)
+	}
+	// No request of this id is queued: the look-up is allowed and finds none.
+	if _, err := runs.GetLastMsgForSubject(ctx, names.RunSubject("gw-container-none")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("gateway: look up a queued request: %v, want not found (allowed)", err)
+	}
+	if err := nc.Publish(names.NoticeSubject("gw-container"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	expectViolation(t, errs, names.NoticeSubject("gw-container"))
+}
+
+// testEmptyPassword: the NATS image refuses to start nats-server.conf
+// with a password variable set but empty (its entrypoint, nats-guard),
+// where nats-server alone would let anyone log in as that user.
+func testEmptyPassword(t *testing.T, img images) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	ctr := run(ctx, t, "nats-empty-password", img.nats,
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": "", "GATEWAY_PASSWORD": "g" + randomHex(t, 12)}),
+		testcontainers.WithWaitStrategy(wait.ForExit().WithExitTimeout(startTimeout)),
+	)
+	state, err := ctr.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, err := ctr.Logs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(logs)
+	if state.Running || state.ExitCode == 0 || !strings.Contains(string(out), "nats-guard: refusing") || strings.Contains(string(out), "Server is ready") {
+		t.Fatalf("NATS with CLIENT_PASSWORD empty: running %v exit %d, output:\n%s\nwant nats-guard's refusal", state.Running, state.ExitCode, out)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -17,10 +18,10 @@ import (
 // `kubectl apply -k`) does, with kustomize's own library (the code kubectl
 // embeds), so no kubectl is needed. It returns the documents by
 // "Kind/name".
-func kustomizeBuild(t *testing.T) map[string]map[string]any {
+func kustomizeBuild(t *testing.T, sub ...string) map[string]map[string]any {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(deployDir(t), "k8s"))
+	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(append([]string{deployDir(t), "k8s"}, sub...)...))
 	if err != nil {
 		t.Fatalf("kustomize build deploy/k8s: %v", err)
 	}
@@ -125,4 +126,61 @@ func envValues(container map[string]any) map[string]string {
 		}
 	}
 	return env
+}
+
+// TestNATSNetworkPolicy: kubectl apply -k deploy/k8s/nats-network admits
+// to the NATS pods only the foundryq pods on 4222, the other NATS pods on
+// 6222 and KEDA on 8222: no rule lets everyone in, no other port is open.
+func TestNATSNetworkPolicy(t *testing.T) {
+	docs := kustomizeBuild(t, "nats-network")
+	if len(docs) != 1 {
+		t.Fatalf("nats-network renders %d objects, want the NetworkPolicy", len(docs))
+	}
+	np := rendered(t, docs, "NetworkPolicy/nats")
+	if ns := dig(t, np, "metadata", "namespace"); ns != "nats" {
+		t.Errorf("namespace %v, want nats (where nats-values.yaml installs NATS)", ns)
+	}
+	if sel := dig(t, np, "spec", "podSelector", "matchLabels", "app.kubernetes.io/name"); sel != "nats" {
+		t.Errorf("podSelector %v, want the NATS pods", sel)
+	}
+	want := map[int]string{
+		4222: `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"foundryq"}},"podSelector":{"matchExpressions":[{"key":"app.kubernetes.io/name","operator":"In","values":["foundryq-worker","foundryq-gateway"]}]}}]`,
+		6222: `[{"podSelector":{"matchLabels":{"app.kubernetes.io/name":"nats"}}}]`,
+		8222: `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"keda"}}}]`,
+	}
+	rules := dig(t, np, "spec", "ingress").([]any)
+	seen := map[int]bool{}
+	for _, r := range rules {
+		rule := r.(map[string]any)
+		from, ok := rule["from"]
+		if !ok {
+			t.Fatalf("an ingress rule without from admits every source: %v", rule)
+		}
+		ports, _ := rule["ports"].([]any)
+		if len(ports) == 0 {
+			t.Fatalf("an ingress rule without ports admits every port: %v", rule)
+		}
+		for _, p := range ports {
+			port, _ := strconv.Atoi(jsonNumber(p.(map[string]any)["port"]))
+			w, ok := want[port]
+			if !ok {
+				t.Errorf("port %d admitted", port)
+				continue
+			}
+			if got := strings.TrimSpace(canonical(t, from)); got != w {
+				t.Errorf("port %d admits %s, want %s", port, got, w)
+			}
+			seen[port] = true
+		}
+	}
+	for port := range want {
+		if !seen[port] {
+			t.Errorf("no rule for port %d", port)
+		}
+	}
+	// The worker pods carry the label the policy admits.
+	worker := rendered(t, kustomizeBuild(t), "Deployment/foundryq-worker")
+	if l := dig(t, worker, "spec", "template", "metadata", "labels", "app.kubernetes.io/name"); l != "foundryq-worker" {
+		t.Errorf("worker pods labelled %v, not admitted by the policy", l)
+	}
 }

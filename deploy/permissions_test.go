@@ -21,7 +21,7 @@ import (
 // client must not do is refused by the server, as are the things a worker
 // has no use for.
 func TestPermissions(t *testing.T) {
-	s := startConfig(t, "nats-server.conf", map[string]string{"WORKER_PASSWORD": "workerpw1", "CLIENT_PASSWORD": "clientpw1"})
+	s := startConfig(t, "nats-server.conf", map[string]string{"WORKER_PASSWORD": "workerpw1", "CLIENT_PASSWORD": "clientpw1", "GATEWAY_PASSWORD": "gatewaypw1"})
 	emu := emulator(t)
 
 	worker := connectAs(t, s, "worker", "workerpw1")
@@ -259,6 +259,20 @@ func TestPermissions(t *testing.T) {
 				return err
 			})
 		})
+		// Workers tell a run's owner about a cancel on the notice subject;
+		// a client that could publish there would cancel runs with no
+		// cancel on record.
+		t.Run("send workers' internal notices", func(t *testing.T) {
+			subject := names.NoticeSubject(victim)
+			x.denied(t, subject, func(ctx context.Context) error {
+				m := nats.NewMsg(subject)
+				m.Data = []byte(`{"reason":"forged"}`)
+				m.Header.Set(events.HeaderCancelNotice, "w-worker")
+				_, err := x.nc.RequestMsgWithContext(ctx, m)
+				return err
+			})
+			x.subDenied(t, names.NoticeWildcard())
+		})
 		t.Run("publish run events", func(t *testing.T) {
 			subject := names.EventSubject(victim)
 			x.denied(t, subject, func(ctx context.Context) error {
@@ -388,9 +402,9 @@ func TestPermissions(t *testing.T) {
 
 	t.Run("worker may not", func(t *testing.T) {
 		x := connectAs(t, s, "worker", "workerpw1")
-		// (The cancel subject is allowed: the worker that answers a cancel
-		// sends the run's owner a notice there.)
-		for _, subject := range []string{names.RunSubject("forged"), names.CancelRecordSubject("forged"), names.WatchSubject("forged")} {
+		// Notices go on the notice subject: the cancel subject is the
+		// clients' alone.
+		for _, subject := range []string{names.RunSubject("forged"), names.CancelRecordSubject("forged"), names.WatchSubject("forged"), names.CancelSubject("forged")} {
 			x.denied(t, subject, func(ctx context.Context) error {
 				_, err := x.nc.RequestWithContext(ctx, subject, []byte(`{}`))
 				return err

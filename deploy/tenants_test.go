@@ -26,7 +26,7 @@ type tenant struct {
 // cannot submit to, watch, read the state of, or cancel team B's runs.
 func TestTenants(t *testing.T) {
 	s := startConfig(t, "tenants.conf", map[string]string{
-		"TEAM_A_WORKER_PASSWORD": "aworkerpw", "TEAM_A_CLIENT_PASSWORD": "aclientpw",
+		"TEAM_A_WORKER_PASSWORD": "aworkerpw", "TEAM_A_CLIENT_PASSWORD": "aclientpw", "TEAM_A_GATEWAY_PASSWORD": "agatewaypw", "TEAM_B_GATEWAY_PASSWORD": "bgatewaypw",
 		"TEAM_B_WORKER_PASSWORD": "bworkerpw", "TEAM_B_CLIENT_PASSWORD": "bclientpw",
 	})
 	emuA, emuB := emulator(t), emulator(t)

@@ -39,8 +39,9 @@ var layers = []layer{
 	{"foundry/foundrytest", []string{"foundry", "internal/..."}},
 	{"foundry", []string{"internal/..."}},
 	{"internal/...", []string{"internal/..."}},
-	{"deploy", []string{"internal/..."}}, // the deployment's tests; its package holds only a doc comment
-	{"docs", nil},                        // the documentation's link test; its package holds only a doc comment
+	{"deploy", []string{"internal/..."}},            // the deployment's tests; its package holds only a doc comment
+	{"deploy/nats/guard", []string{"internal/..."}}, // the NATS image's entrypoint
+	{"docs", nil}, // the documentation's link test; its package holds only a doc comment
 }
 
 // layer is one rule: the packages that match from (module-relative; "x/..."

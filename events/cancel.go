@@ -11,10 +11,11 @@ type CancelRequest struct {
 	Reason string `json:"reason,omitempty"` // free text, at most 512 characters; recorded with the cancel
 }
 
-// HeaderCancelNotice marks a message on the cancel subject that a worker
-// sends to the run's owner after it recorded a cancel (the header's value
-// is the sending worker's id). It is not a request: it has no reply
-// subject, workers do not answer it, and clients never send it.
+// HeaderCancelNotice marks a worker's notice to the run's owner after it
+// recorded a cancel (the header's value is the sending worker's id), sent
+// on Names.NoticeSubject, which only workers may publish. Earlier workers
+// sent it on the cancel subject; a message on the cancel subject with
+// this header is ignored there (a client could forge one).
 const HeaderCancelNotice = "Foundryq-Cancel-Notice"
 
 // HeaderCancelID carries a client's id of one cancel on both its stored

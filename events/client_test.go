@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
 func TestSubmit(t *testing.T) {
@@ -237,5 +239,53 @@ func TestSubmitRunsStreamFull(t *testing.T) {
 	_, err := e.client.Submit(ctx, big("after-full"))
 	if err == nil || errors.Is(err, events.ErrAlreadyQueued) || !strings.Contains(err.Error(), "maximum bytes exceeded") {
 		t.Fatalf("submit to a full runs stream: %v; want the stream's refusal, not ErrAlreadyQueued", err)
+	}
+}
+
+// The client-writable streams are bounded by default (messages; bytes by
+// the account's max_file, or RunsMaxBytes when set: see
+// TestSubmitRunsStreamFull), and a runs stream at its message limit
+// refuses the next request with the stream's words while every queued
+// one stays.
+func TestClientWritableStreamsBounded(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]jetstream.StreamConfig{
+		"runs":    events.RunsStreamConfig(events.Names{}, events.ProvisionConfig{}),
+		"cancels": events.CancelsStreamConfig(events.Names{}, events.ProvisionConfig{}),
+	} {
+		if cfg.MaxMsgs <= 0 || cfg.Discard != jetstream.DiscardNew {
+			t.Errorf("%s stream: max_msgs %d discard %v, want a limit with discard new", name, cfg.MaxMsgs, cfg.Discard)
+		}
+	}
+	if err := (events.ProvisionConfig{RunsMaxMsgs: -2}).WithDefaults().Validate(); !errors.Is(err, events.ErrInvalidProvisionConfig) {
+		t.Errorf("RunsMaxMsgs -2: %v, want ErrInvalidProvisionConfig", err)
+	}
+
+	_, nc := natsembed.RunTest(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	res, err := consumer.Provision(ctx, js, events.Names{}, consumer.ProvisionConfig{RunsMaxMsgs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := events.NewClient(nc, events.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := c.Submit(ctx, validRequest("lim"+strconv.Itoa(i))); err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+	}
+	_, err = c.Submit(ctx, validRequest("lim-over"))
+	if err == nil || errors.Is(err, events.ErrAlreadyQueued) || !strings.Contains(err.Error(), "maximum messages exceeded") {
+		t.Fatalf("submit past the limit: %v; want the stream's refusal", err)
+	}
+	info, err := res.Runs.Info(ctx)
+	if err != nil || info.State.Msgs != 3 {
+		t.Fatalf("runs stream after the refusal: %+v, %v; want the 3 queued requests kept", info.State, err)
 	}
 }

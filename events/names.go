@@ -19,6 +19,9 @@ const (
 	kindCancels = "cancels"
 	// kindLive carries the events stream's copies of stored events.
 	kindLive = "live"
+	// kindNotice carries the workers' internal notices to each other
+	// (a cancel for the run's owner); only workers may publish there.
+	kindNotice = "notice"
 	// Runs that ask: answers are requests on <prefix>.input.<run_id>,
 	// stored by workers on <prefix>.inputs.<run_id>.<item_id>.
 	kindInput  = "input"
@@ -79,6 +82,12 @@ func (n Names) DeadSubject(runID string) string { return n.subject(kindDead, run
 // refuses, such as a worker's that lost the run).
 func (n Names) LiveSubject(runID string) string { return n.subject(kindLive, runID) }
 
+// NoticeSubject is the subject of the workers' internal notices about a
+// run: <prefix>.notice.<id>. The worker that answered a cancel tells the
+// run's owner there. Internal: only workers publish or subscribe to it
+// (the deploy/ configs refuse it to every other user).
+func (n Names) NoticeSubject(runID string) string { return n.subject(kindNotice, runID) }
+
 // CancelRecordSubject is the subject of a run's durable cancel record:
 // <prefix>.cancels.<id> (stream <PREFIX>_CANCELS). Client.Cancel stores the
 // cancel there before it asks the workers, so that a cancel sent while no
@@ -95,6 +104,9 @@ func (n Names) DeadWildcard() string   { return n.subject(kindDead, "*") }
 
 // LiveWildcard matches every run's live subject.
 func (n Names) LiveWildcard() string { return n.subject(kindLive, "*") }
+
+// NoticeWildcard matches every NoticeSubject.
+func (n Names) NoticeWildcard() string { return n.subject(kindNotice, "*") }
 
 // CancelRecordsWildcard matches every run's durable cancel record subject.
 func (n Names) CancelRecordsWildcard() string { return n.subject(kindCancels, "*") }
@@ -151,7 +163,7 @@ func (n Names) Consumer() string { return n.lower() + "-workers" }
 func (n Names) WorkerQueueGroup() string { return n.Consumer() }
 
 // RunIDFromSubject returns the run id of any per-run subject (runs, events,
-// cancel, watch, dead, cancels, live, input) under this prefix, and false if subject is not one or
+// cancel, watch, dead, cancels, live, notice, input) under this prefix, and false if subject is not one or
 // the id is not a valid run id.
 func (n Names) RunIDFromSubject(subject string) (string, bool) {
 	p := n.prefix() + "."
@@ -164,7 +176,7 @@ func (n Names) RunIDFromSubject(subject string) (string, bool) {
 		return "", false
 	}
 	switch kind {
-	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels, kindLive, kindInput:
+	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels, kindLive, kindNotice, kindInput:
 	default:
 		return "", false
 	}

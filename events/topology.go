@@ -56,6 +56,25 @@ type ProvisionConfig struct {
 	// a client leaves behind is removed after this long without a pull.
 	// Default 5m, the threshold of nats.go's ordered consumers.
 	EventsConsumerInactive time.Duration
+	// RunsMaxMsgs bounds the runs stream (requests waiting for a
+	// worker), which clients write: past it JetStream refuses a new
+	// request (Submit returns its error, "maximum messages exceeded");
+	// nothing queued is dropped (discard new). -1: no limit. Default
+	// 1,000,000.
+	RunsMaxMsgs int64
+	// RunsMaxBytes bounds the runs stream's bytes the same way ("maximum
+	// bytes exceeded"). Default 0: no limit of the stream's own, because
+	// JetStream reserves a stream's max_bytes in the account's and the
+	// server's store when the stream is created; the account's max_file
+	// (deploy/nats configs) bounds what clients can store instead.
+	RunsMaxBytes int64
+	// CancelsMaxMsgs and CancelsMaxBytes bound the cancels stream (one
+	// record per run id, kept StateTTL), which clients write, as above:
+	// past either a new record is refused, and the cancel still reaches
+	// the run's owner (the request; reply unrecorded: true). Defaults
+	// 1,000,000 and 0 (see RunsMaxBytes).
+	CancelsMaxMsgs  int64
+	CancelsMaxBytes int64
 	// InputsMaxBytes bounds the stream of answers to runs that ask (and of
 	// the requests of waiting runs): at the limit new answers are refused
 	// (the caller gets an error reply and may try again); nothing stored
@@ -74,6 +93,12 @@ const (
 	DefaultMaxAckPending    = 10000
 	DefaultStateTTL         = 7 * 24 * time.Hour
 	DefaultDeadMaxAge       = 30 * 24 * time.Hour
+)
+
+// Defaults of the client-writable streams' message limits.
+const (
+	DefaultRunsMaxMsgs    = 1_000_000
+	DefaultCancelsMaxMsgs = 1_000_000
 )
 
 // Defaults of the events stream's consumer limits.
@@ -121,6 +146,12 @@ func (c ProvisionConfig) WithDefaults() ProvisionConfig {
 	if c.EventsConsumerInactive == 0 {
 		c.EventsConsumerInactive = DefaultEventsConsumerInactive
 	}
+	if c.RunsMaxMsgs == 0 {
+		c.RunsMaxMsgs = DefaultRunsMaxMsgs
+	}
+	if c.CancelsMaxMsgs == 0 {
+		c.CancelsMaxMsgs = DefaultCancelsMaxMsgs
+	}
 	return c
 }
 
@@ -166,6 +197,10 @@ func (c ProvisionConfig) check() error {
 		return fmt.Errorf("consumer: provision: EventsMaxConsumers %d must be -1 (no cap) or positive", c.EventsMaxConsumers)
 	case c.EventsConsumerInactive < time.Second:
 		return fmt.Errorf("consumer: provision: EventsConsumerInactive %s must be at least 1s", c.EventsConsumerInactive)
+	case c.RunsMaxMsgs < -1, c.CancelsMaxMsgs < -1:
+		return fmt.Errorf("consumer: provision: RunsMaxMsgs %d, CancelsMaxMsgs %d: each must be -1 (no limit) or positive", c.RunsMaxMsgs, c.CancelsMaxMsgs)
+	case c.RunsMaxBytes < 0, c.CancelsMaxBytes < 0:
+		return fmt.Errorf("consumer: provision: RunsMaxBytes %d, CancelsMaxBytes %d: each must be 0 (no limit of the stream's own) or positive", c.RunsMaxBytes, c.CancelsMaxBytes)
 	}
 	return nil
 }
@@ -186,6 +221,8 @@ func RunsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
 		Duplicates:           cfg.Duplicates,
+		MaxBytes:             cfg.RunsMaxBytes,
+		MaxMsgs:              cfg.RunsMaxMsgs,
 	}
 }
 
@@ -245,6 +282,8 @@ func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 		MaxAge:               cfg.StateTTL,
 		Duplicates:           min(DefaultEventsDuplicates, cfg.StateTTL),
 		AllowDirect:          true,
+		MaxBytes:             cfg.CancelsMaxBytes,
+		MaxMsgs:              cfg.CancelsMaxMsgs,
 	}
 }
 

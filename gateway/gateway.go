@@ -268,6 +268,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("/v1/runs/{id}/events", methodNotAllowed("GET"))
 	api("POST /v1/runs/{id}/cancel", g.cancelRun)
 	mux.Handle("/v1/runs/{id}/cancel", methodNotAllowed("POST"))
+	api("POST /v1/runs/{id}/input", g.answerRun)
+	mux.Handle("/v1/runs/{id}/input", methodNotAllowed("POST"))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr(http.StatusNotFound, CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})

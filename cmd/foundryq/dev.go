@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -27,6 +28,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", "127.0.0.1:9090", "address for /metrics, /healthz and /readyz (empty: off)", hostPortOrEmpty())
 	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (of the whole process: NATS included)")
 	gatewayAddr := f.String("gateway-addr", "FOUNDRYQ_DEV_GATEWAY_ADDR", "127.0.0.1:8080", "address of the HTTP gateway and web console, open without authentication (empty: off)")
+	gatewayUser := f.String("gateway-nats-user", "FOUNDRYQ_DEV_GATEWAY_NATS_USER", "gateway", "with --nats-config: the NATS user the gateway connects as (the deploy configs' gateway role)")
+	gatewayPassword := f.Secret("gateway-nats-password", "FOUNDRYQ_DEV_GATEWAY_NATS_PASSWORD", "with --nats-config: password of --gateway-nats-user (the gateway is off without it)")
 	ef := addEmulatorFlags(f, 25*time.Millisecond)
 	wf := addWorkerFlags(f, true) // with --foundry-endpoint set, dev uses it instead of the emulator
 	lf := addLogFlags(f, "console")
@@ -93,13 +96,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ns := stack.NATS
 	var gatewayBanner string
 	switch {
-	case *gatewayAddr != "" && *natsConfig != "":
-		// The users of a server config have no gateway role (it creates a
-		// bucket and streams of its own for callbacks): run foundryq gateway
-		// as a user you grant that.
-		gatewayBanner = "  Console:  off with --nats-config (run foundryq gateway as a user with its rights)\n"
+	case *gatewayAddr != "" && *natsConfig != "" && *gatewayPassword == "":
+		// The gateway needs a user of the file with its rights (the deploy
+		// configs' gateway role), not the workers'.
+		gatewayBanner = "  Console:  off with --nats-config until --gateway-nats-password is set (the gateway connects as --gateway-nats-user)\n"
 	case *gatewayAddr != "":
-		if gatewayBanner, err = startDevGateway(gctx, g, *gatewayAddr, stack, log.With().Str("component", "gateway").Logger()); err != nil {
+		var opts []nats.Option
+		if *natsConfig != "" {
+			opts = append(opts, nats.UserInfo(*gatewayUser, *gatewayPassword))
+		}
+		if gatewayBanner, err = startDevGateway(gctx, g, *gatewayAddr, stack, log.With().Str("component", "gateway").Logger(), opts...); err != nil {
 			return err
 		}
 	}

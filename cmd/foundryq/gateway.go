@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -189,9 +190,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // open (no authentication, which it logs loudly), on a connection of its
 // own to the embedded server, with callbacks signed by a fresh secret and
 // loopback callback URLs allowed. It returns once the gateway listens, with
-// the lines dev prints about it.
-func startDevGateway(ctx context.Context, g *errgroup.Group, addr string, stack *devstack.Stack, log zerolog.Logger) (string, error) {
-	nc, err := stack.Connect("foundryq-dev-gateway")
+// the lines dev prints about it. opts (with --nats-config: the gateway
+// user) are added to the stack's connection options.
+func startDevGateway(ctx context.Context, g *errgroup.Group, addr string, stack *devstack.Stack, log zerolog.Logger, opts ...nats.Option) (string, error) {
+	nc, err := stack.Connect("foundryq-dev-gateway", opts...)
 	if err != nil {
 		return "", err
 	}

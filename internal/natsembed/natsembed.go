@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/foundryq/foundryq/internal/natsguard"
 )
 
 // Config configures an embedded server. The zero value starts a server on a
@@ -123,6 +125,12 @@ func Start(cfg Config) (*Server, error) {
 		if err != nil {
 			s.cleanup()
 			return nil, fmt.Errorf("natsembed: config file: %w", err)
+		}
+		// An empty password variable gives a user without a password:
+		// refuse it as the NATS image does.
+		if err := natsguard.CheckFile(cfg.ConfigFile); err != nil {
+			s.cleanup()
+			return nil, fmt.Errorf("natsembed: %w", err)
 		}
 		opts = fopts
 		// Listeners the file may open besides the client port.
