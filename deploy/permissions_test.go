@@ -119,6 +119,33 @@ func TestPermissions(t *testing.T) {
 		}
 	})
 
+	// A run that asks, as the roles allow it: the worker pauses it (the
+	// inputs stream, its own request kept), the client answers on the
+	// input subject, and the worker queues the run's next step.
+	t.Run("client: answers a run that asks", func(t *testing.T) {
+		id := "perm-ask"
+		req := events.RunRequest{RunID: id, Model: "gpt-test", Input: json.RawMessage(`"hi"`),
+			Metadata: map[string]string{"emu_tool_ms": "5", "emu_tokens": "2"},
+			Tools:    []json.RawMessage{json.RawMessage(`{"type":"function","name":"get_weather"}`)}}
+		if _, err := c.Submit(testContext(t), req); err != nil {
+			t.Fatal(err)
+		}
+		var asked events.InputItem
+		evs := watchToEnd(t, c, id, events.FromStart, func(ev events.RunEvent) {
+			if ev.Type == events.TypeInputRequired {
+				asked = ev.Items[0]
+				go func() {
+					if r, err := c.SendOutput(testContext(t), id, asked.ID, `{"temp":21}`); err != nil || r.Result != events.InputAccepted {
+						t.Errorf("answer: %+v, %v", r, err)
+					}
+				}()
+			}
+		})
+		if last := evs[len(evs)-1]; last.Type != events.TypeRunCompleted || asked.ID == "" {
+			t.Fatalf("run %s: %v", id, types(evs))
+		}
+	})
+
 	t.Run("client: a malformed request is dead-lettered by the worker", func(t *testing.T) {
 		id := "perm-bad"
 		if _, err := client.js.Publish(testContext(t), names.RunSubject(id), []byte(`{"run_id":"perm-bad","model":5}`)); err != nil {
@@ -273,6 +300,16 @@ func TestPermissions(t *testing.T) {
 			})
 			x.subDenied(t, names.NoticeWildcard())
 		})
+		// Answers are stored by the workers that check them: a client
+		// that could write the inputs stream would answer any run, past
+		// every check.
+		t.Run("store answers of runs that ask", func(t *testing.T) {
+			subject := names.InputRecordSubject(victim, "mcpr_forged")
+			x.denied(t, subject, func(ctx context.Context) error {
+				_, err := x.js.Publish(ctx, subject, []byte(`{"id":"mcpr_forged","approve":true}`))
+				return err
+			})
+		})
 		t.Run("publish run events", func(t *testing.T) {
 			subject := names.EventSubject(victim)
 			x.denied(t, subject, func(ctx context.Context) error {
@@ -404,16 +441,16 @@ func TestPermissions(t *testing.T) {
 		x := connectAs(t, s, "worker", "workerpw1")
 		// Notices go on the notice subject: the cancel subject is the
 		// clients' alone.
-		for _, subject := range []string{names.RunSubject("forged"), names.CancelRecordSubject("forged"), names.WatchSubject("forged"), names.CancelSubject("forged")} {
+		for _, subject := range []string{names.CancelRecordSubject("forged"), names.WatchSubject("forged"), names.CancelSubject("forged"), names.InputSubject("forged")} {
 			x.denied(t, subject, func(ctx context.Context) error {
 				_, err := x.nc.RequestWithContext(ctx, subject, []byte(`{}`))
 				return err
 			})
 		}
-		// It hears cancel records and run requests' subjects are not its
-		// to write: a JetStream publish (acked) is refused as well, so a
-		// worker can never store a cancel or queue a run.
-		for _, subject := range []string{names.RunSubject("forged-js"), names.CancelRecordSubject("forged-js")} {
+		// It hears cancel records but never writes one: a JetStream
+		// publish (acked) is refused as well. (It may queue a run's
+		// request again: the next step of a run that asks.)
+		for _, subject := range []string{names.CancelRecordSubject("forged-js")} {
 			x.denied(t, subject, func(ctx context.Context) error {
 				_, err := x.js.Publish(ctx, subject, []byte(`{"reason":"forged"}`))
 				return err
