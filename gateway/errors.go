@@ -20,6 +20,7 @@ const (
 	CodeRunIDUsed        = "run_id_used"            // 409: the run id belongs to a run with a different request
 	CodeRunQueued        = "run_queued"             // 409: a request with this run id is still waiting in the queue
 	CodeCallbackConflict = "callback_conflict"      // 409: the run was created with another callback_url
+	CodeRunFinished      = "run_finished"           // 409: an answer to a run that has ended
 	CodeTooLarge         = "body_too_large"         // 413: the body is larger than Config.MaxBodyBytes
 	CodeUnsupportedMedia = "unsupported_media_type" // 415: the body (or the Content-Type of an empty one) is not application/json
 	CodeTooManyRequests  = "too_many_requests"      // 429: over the token's request rate or open streams; see Retry-After

@@ -7,9 +7,6 @@ import (
 	"github.com/foundryq/foundryq/events"
 )
 
-// CodeRunFinished: an answer to a run that has ended (409).
-const CodeRunFinished = "run_finished"
-
 // answerRun serves POST /v1/runs/{id}/input: an answer (events.InputAnswer)
 // to what a waiting run asks, passed to the workers as the NATS API does.
 // 200 with the reply for accepted and already_answered; 404 when the run

@@ -1,0 +1,70 @@
+package gateway_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/testkit"
+)
+
+// A run that asks, answered over HTTP: POST /v1/runs/{id}/input takes the
+// answer, the run goes on to its end; the answer's mistakes get the
+// gateway's error objects.
+func TestAnswerOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	g := e.gateway(gateway.Config{})
+	req := runRequest(map[string]string{"emu_tool_ms": "5", "emu_tokens": "3"})
+	req["tools"] = []any{map[string]any{"type": "function", "name": "get_weather"}}
+	cr := g.create(t, req)
+	var asked events.InputItem
+	testkit.Eventually(t, 30*time.Second, "the run to wait for an answer", func() bool {
+		st, _, err := e.client.State(t.Context(), cr.RunID)
+		if err != nil || st.Status != events.StatusWaiting {
+			return false
+		}
+		asked = st.Asked[0]
+		return true
+	})
+	path := "/v1/runs/" + cr.RunID + "/input"
+	for _, tc := range []struct {
+		name   string
+		body   any
+		status int
+		code   string
+	}{
+		{"malformed", map[string]any{"id": asked.ID}, http.StatusBadRequest, gateway.CodeInvalidRequest},
+		{"wrong kind", map[string]any{"id": asked.ID, "approve": true}, http.StatusBadRequest, gateway.CodeInvalidRequest},
+		{"an id not asked", map[string]any{"id": "call_other", "output": "x"}, http.StatusNotFound, gateway.CodeNotFound},
+	} {
+		r := g.do(t, "POST", path, tc.body, "Content-Type", "application/json")
+		ae := r.apiError(t)
+		if r.status != tc.status || ae.Code != tc.code || ae.RunID != cr.RunID {
+			t.Errorf("%s: %d %s", tc.name, r.status, r.body)
+		}
+	}
+	if r := g.do(t, "POST", "/v1/runs/no-such-run/input", map[string]any{"id": "call_1", "output": "x"}, "Content-Type", "application/json"); r.status != http.StatusNotFound {
+		t.Errorf("unknown run: %d %s", r.status, r.body)
+	}
+	r := g.do(t, "POST", path, map[string]any{"id": asked.ID, "output": `{"temp":21}`}, "Content-Type", "application/json")
+	var reply struct {
+		RunID  string `json:"run_id"`
+		Result string `json:"result"`
+	}
+	r.decode(t, &reply)
+	if r.status != http.StatusOK || reply.Result != events.InputAccepted || reply.RunID != cr.RunID {
+		t.Fatalf("answer: %d %s", r.status, r.body)
+	}
+	evs := e.watchAll(cr.RunID)
+	if last := evs[len(evs)-1]; last.Type != events.TypeRunCompleted {
+		t.Fatalf("run ended %s", last.Type)
+	}
+	r = g.do(t, "POST", path, map[string]any{"id": asked.ID, "output": "again"}, "Content-Type", "application/json")
+	ae := r.apiError(t)
+	if r.status != http.StatusConflict || ae.Code != gateway.CodeRunFinished {
+		t.Fatalf("answer after the end: %d %s", r.status, r.body)
+	}
+}
