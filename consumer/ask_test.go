@@ -166,3 +166,37 @@ func TestInputTimeout(t *testing.T) {
 		return err == nil && st.Status == events.StatusFailed
 	})
 }
+
+// An owner killed during a later step: the next worker re-attaches to that
+// step's response, never creating it again (one upstream response per
+// step), and the run completes with every event once.
+func TestOwnerKilledDuringALaterStep(t *testing.T) {
+	e := setup(t)
+	first := e.startWorker(consumer.Config{WorkerID: "first", Provision: consumer.ProvisionConfig{AckWait: 2 * time.Second}})
+	req := request("ask-kill", map[string]string{foundrytest.KeyToolMS: "10", foundrytest.KeyTokens: "150", foundrytest.KeyTokenMS: "20"})
+	req.Tools = []json.RawMessage{json.RawMessage(askingTool)}
+	e.submit(req)
+	asked := e.waitEvent("ask-kill", events.TypeInputRequired, 20*time.Second)
+	if r, err := e.client.Approve(testCtx(t), "ask-kill", asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	e.waitEvent("ask-kill", events.TypeStepStarted, 20*time.Second)
+	first.crash()
+	e.startWorker(consumer.Config{WorkerID: "second"})
+	evs := e.collect("ask-kill", 60*time.Second)
+	end := checkWellFormed(t, evs)
+	if end.Type != events.TypeRunCompleted {
+		t.Fatalf("ended %s: %v", end.Type, types(evs))
+	}
+	recs := e.emu.Records("ask-kill")
+	if len(recs) != 2 {
+		t.Fatalf("%d upstream responses, want 2 (one per step)", len(recs))
+	}
+	if got, want := text(evs), recs[1].Text; got != want {
+		t.Fatalf("text %q, want the second step's %q", got, want)
+	}
+	st, _, err := e.client.State(testCtx(t), "ask-kill")
+	if err != nil || len(st.Steps) != 1 || st.Steps[0].ResponseID != recs[0].ID || st.ResponseID != recs[1].ID || st.Step != 2 {
+		t.Fatalf("state %+v, %v", st, err)
+	}
+}
