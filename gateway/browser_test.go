@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/gateway"
 )
 
@@ -141,6 +142,61 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err := os.WriteFile(filepath.Join("testdata", "console.png"), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	bcancel()
+	acancel()
+}
+
+// A run that asks, answered in the console: its approval request shows
+// with Approve and Deny; Approve sends the answer, and the run goes on to
+// run the tool call and complete, one upstream response per step.
+func TestConsoleApprovesInBrowser(t *testing.T) {
+	exe := chromium(t)
+	e := setup(t, 1)
+	g := e.gateway(gateway.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, actions...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	waitJS := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+			t.Fatalf("browser: waiting for %s: %v", what, err)
+		}
+	}
+	const tools = `[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","allowed_tools":["lookup"]}]`
+	do("open the console and start a run that asks",
+		chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#new-run")),
+		chromedp.SetValue(chromedp.CSS("#input"), "Look the customer up."),
+		chromedp.SetValue(chromedp.CSS("#metadata"), "emu_tokens=20\nemu_tool_ms=50"),
+		chromedp.SetValue(chromedp.CSS("#tools"), tools),
+		chromedp.Click(chromedp.CSS("#start")))
+	waitJS("the approval request", `document.querySelector("#run-asked .asked button.approve") !== null && document.querySelector("#run-status").textContent === "waiting"`)
+	asked, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#run-asked")))
+	if err != nil || !strings.Contains(asked, "lookup on crm") {
+		t.Fatalf("the request shows %q (%v)", asked, err)
+	}
+	runID, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#run-id")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do("press Approve", chromedp.Click(chromedp.CSS("#run-asked button.approve")))
+	waitJS("the run completed", `document.querySelector("#run-status").textContent === "completed"`)
+	waitJS("the answer marked", `document.querySelector("#run-asked .note").textContent === "approved"`)
+	evs := e.watchAll(runID)
+	if end := evs[len(evs)-1]; end.Type != events.TypeRunCompleted || len(e.emu.Records(runID)) != 2 || e.emu.Stats().ToolCallsStarted != 1 {
+		t.Fatalf("run %s ended %s with %d responses", runID, end.Type, len(e.emu.Records(runID)))
 	}
 	bcancel()
 	acancel()

@@ -114,6 +114,71 @@ function setStatus(status) {
   $("#stop").disabled = ["cancelling", "completed", "failed", "cancelled"].includes(status);
 }
 
+// ---- runs that ask ----
+
+// showAsked shows what a waiting run asks, each item with the controls
+// that answer it: Approve / Deny for an MCP tool call, an output box for a
+// function call. Text only: names and arguments come from the model.
+function showAsked(ev) {
+  setStatus("waiting");
+  const box = $("#run-asked");
+  box.replaceChildren();
+  for (const item of ev.items || []) {
+    const div = document.createElement("div");
+    div.className = "asked";
+    div.dataset.itemId = item.id;
+    const what = document.createElement("p");
+    what.textContent = item.kind === "approval"
+      ? "Approve " + item.name + " on " + item.server_label + "? arguments " + item.arguments
+      : "Function " + item.name + " wants its output; arguments " + item.arguments;
+    div.append(what);
+    if (item.kind === "approval") {
+      for (const [label, approve] of [["Approve", true], ["Deny", false]]) {
+        const b = document.createElement("button");
+        b.type = "button";
+        b.className = approve ? "approve" : "deny";
+        b.textContent = label;
+        b.addEventListener("click", () => answer(div, { id: item.id, approve }));
+        div.append(b);
+      }
+    } else {
+      const out = document.createElement("textarea");
+      out.rows = 2;
+      out.className = "output";
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "send-output";
+      b.textContent = "Send output";
+      b.addEventListener("click", () => answer(div, { id: item.id, output: out.value }));
+      div.append(out, b);
+    }
+    const note = document.createElement("span");
+    note.className = "muted note";
+    div.append(note);
+    box.append(div);
+  }
+}
+
+async function answer(div, body) {
+  const id = state.runID;
+  for (const b of div.querySelectorAll("button")) b.disabled = true;
+  try {
+    const reply = await api("POST", "/v1/runs/" + encodeURIComponent(id) + "/input", body);
+    div.querySelector(".note").textContent = reply.result === "accepted" ? "sent" : reply.result.replace("_", " ");
+  } catch (e) {
+    div.querySelector(".note").textContent = "not sent: " + e.message;
+    for (const b of div.querySelectorAll("button")) b.disabled = false;
+  }
+}
+
+function markAnswered(ev) {
+  const div = [...document.querySelectorAll("#run-asked .asked")].find((d) => d.dataset.itemId === ev.input.id);
+  if (div) {
+    for (const b of div.querySelectorAll("button")) b.disabled = true;
+    div.querySelector(".note").textContent = ev.input.kind === "approval" ? (ev.input.approve ? "approved" : "denied") : "output received";
+  }
+}
+
 // cancelText says what a cancel reply knows. cancelling is recorded, not
 // confirmed: Foundry's outcome follows as the run's terminal event.
 function cancelText(reply) {
@@ -195,6 +260,7 @@ function openRun(id) {
   $("#run-id").textContent = id;
   $("#run-text").replaceChildren();
   $("#run-summary").replaceChildren();
+  $("#run-asked").replaceChildren();
   $("#run-meta").textContent = "";
   setStatus("queued");
   let url = "/v1/runs/" + encodeURIComponent(id) + "/events";
@@ -210,6 +276,13 @@ function openRun(id) {
   for (const t of ["tool.started", "tool.completed", "tool.failed"]) {
     es.addEventListener(t, (m) => showTool(JSON.parse(m.data)));
   }
+  es.addEventListener("input.required", (m) => showAsked(JSON.parse(m.data)));
+  es.addEventListener("input.received", (m) => markAnswered(JSON.parse(m.data)));
+  es.addEventListener("step.started", (m) => {
+    const ev = JSON.parse(m.data);
+    setStatus("running");
+    $("#run-meta").textContent = "step " + ev.step + " \u00b7 response " + ev.response_id;
+  });
   for (const t of TERMINAL) {
     es.addEventListener(t, (m) => {
       const ev = JSON.parse(m.data);
