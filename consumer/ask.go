@@ -42,7 +42,7 @@ func (r *run) pause(ev events.RunEvent, upstreamSeq int64, req events.RunRequest
 	step := events.Step{ResponseID: ev.ResponseID, Status: ev.Status, Usage: ev.Usage}
 	inputTimeout := time.Duration(req.InputTimeoutSeconds) * time.Second
 	if _, err := r.persist("record the pause", func(s *events.RunState, _ bool) error {
-		return pauseRun(s, r.owner, step, ev.Items, inputTimeout, time.Now().UTC())
+		return pauseRun(s, r.owner, step, ev.Items, inputTimeout, req.TimeoutSeconds == 0, time.Now().UTC())
 	}); err != nil {
 		if errors.Is(err, errCancelPending) {
 			// Cancelled as the step ended: the cancel ends the run.

@@ -200,3 +200,31 @@ func TestOwnerKilledDuringALaterStep(t *testing.T) {
 		t.Fatalf("state %+v, %v", st, err)
 	}
 }
+
+// The worker's default timeout does not count time spent waiting for a
+// person; timeout_seconds does, and ends a run that waits past it.
+func TestDeadlinesWhileWaiting(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{DefaultTimeout: 3 * time.Second})
+	e.submit(askingRequest("ask-default"))
+	timed := askingRequest("ask-timed")
+	timed.TimeoutSeconds = 2
+	e.submit(timed)
+	asked := e.waitEvent("ask-default", events.TypeInputRequired, 20*time.Second)
+	st, _, err := e.client.State(testCtx(t), "ask-default")
+	if err != nil || st.Deadline != nil || st.DeadlineLeftMS <= 0 {
+		t.Fatalf("a waiting run's default deadline: %+v %v", st, err)
+	}
+	// Past the default deadline, counted from the start.
+	testkit.Eventually(t, 10*time.Second, "the default timeout to pass", func() bool { return time.Since(*st.StartedAt) > 4*time.Second })
+	if r, err := e.client.Approve(testCtx(t), "ask-default", asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	if end := checkWellFormed(t, e.collect("ask-default", 30*time.Second)); end.Type != events.TypeRunCompleted {
+		t.Fatalf("a run that waited past the default timeout ended %s %+v", end.Type, end)
+	}
+	end := checkWellFormed(t, e.collect("ask-timed", 30*time.Second))
+	if end.Type != events.TypeRunCancelled || end.Reason != events.ReasonTimeout || end.UpstreamStatus != "completed" {
+		t.Fatalf("a run that waited past timeout_seconds ended %+v", end)
+	}
+}

@@ -90,6 +90,10 @@ func claimStep(s *events.RunState, exists bool, o owner, digest string, timeout 
 			s.Step++
 			s.WaitingSince, s.InputDeadline = nil, nil
 		}
+		if s.DeadlineLeftMS > 0 {
+			d := now.Add(time.Duration(s.DeadlineLeftMS) * time.Millisecond)
+			s.Deadline, s.DeadlineLeftMS = &d, 0
+		}
 	} else if s.Owner != "" {
 		s.Failures++
 		s.LastError = fmt.Sprintf("worker %s stopped during attempt %d", s.Owner, s.Attempt)
@@ -115,7 +119,11 @@ func claimStep(s *events.RunState, exists bool, o owner, digest string, timeout 
 // items its caller must answer: the step is kept in Steps, the run waits
 // with no owner and no response in flight. inputTimeout > 0 sets the
 // pause's deadline.
-func pauseRun(s *events.RunState, o owner, step events.Step, items []events.InputItem, inputTimeout time.Duration, now time.Time) error {
+//
+// With defaultDeadline (the run's deadline is the worker's default, which
+// does not count time spent waiting) the deadline is set aside until the
+// next step starts.
+func pauseRun(s *events.RunState, o owner, step events.Step, items []events.InputItem, inputTimeout time.Duration, defaultDeadline bool, now time.Time) error {
 	switch {
 	case s.Finished():
 		return errFinished
@@ -135,6 +143,10 @@ func pauseRun(s *events.RunState, o owner, step events.Step, items []events.Inpu
 	s.Asked = items
 	s.WaitingSince = &now
 	s.InputDeadline = nil
+	if defaultDeadline && s.Deadline != nil {
+		s.DeadlineLeftMS = max(s.Deadline.Sub(now).Milliseconds(), 1)
+		s.Deadline = nil
+	}
 	if inputTimeout > 0 {
 		d := now.Add(inputTimeout)
 		s.InputDeadline = &d

@@ -108,6 +108,12 @@ type RunState struct {
 	Asked         []InputItem `json:"asked,omitempty"`
 	WaitingSince  *time.Time  `json:"waiting_since,omitempty"`
 	InputDeadline *time.Time  `json:"input_deadline,omitempty"`
+	// DeadlineLeftMS, while the run waits, is what was left of a deadline
+	// that came from the worker's default timeout (not timeout_seconds),
+	// in milliseconds: the default does not count time spent waiting, so
+	// Deadline is cleared at the pause and set again from this when the
+	// next step starts.
+	DeadlineLeftMS int64 `json:"deadline_left_ms,omitempty"`
 }
 
 // Finished reports whether the run has ended.
