@@ -412,3 +412,64 @@ func TestMarkStalled(t *testing.T) {
 		t.Fatalf("cleared: %v %v", err, s.StalledAt)
 	}
 }
+
+// The pause and the step after it: only the owner pauses a run, a cancel on
+// record ends it instead, a waiting run goes on only when answered (or to
+// end a cancel), and endWaitingRun ends only a waiting run.
+func TestPauseAndNextStep(t *testing.T) {
+	o := owner{worker: "w1", attempt: 2}
+	deadline := t0.Add(time.Hour)
+	running := func() events.RunState {
+		return events.RunState{RunID: "r", Status: events.StatusRunning, Owner: "w1", Attempt: 2, Digest: "d",
+			ResponseID: "resp_1", Deadline: &deadline, StartedAt: &t0}
+	}
+	items := []events.InputItem{{Kind: events.InputApproval, ID: "mcpr_1", Name: "lookup"}}
+	step := events.Step{ResponseID: "resp_1", Status: "completed", Usage: &events.Usage{InputTokens: 3}}
+
+	s := running()
+	if err := pauseRun(&s, owner{worker: "w2", attempt: 1}, step, items, 0, false, t0); !errors.Is(err, errNotOwner) {
+		t.Fatalf("pause by another worker: %v", err)
+	}
+	cancelled := running()
+	cancelled.Cancel = &rec
+	if err := pauseRun(&cancelled, o, step, items, 0, false, t0); !errors.Is(err, errCancelPending) {
+		t.Fatalf("pause with a cancel on record: %v", err)
+	}
+	if err := pauseRun(&s, o, step, items, time.Minute, true, t0); err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != events.StatusWaiting || s.Owner != "" || s.ResponseID != "" || s.Step != 1 || len(s.Steps) != 1 ||
+		s.Schema != stateSchema || s.Deadline != nil || s.DeadlineLeftMS != time.Hour.Milliseconds() ||
+		s.InputDeadline == nil || !s.InputDeadline.Equal(t0.Add(time.Minute)) || len(s.Asked) != 1 {
+		t.Fatalf("paused: %+v", s)
+	}
+
+	waiting := s
+	if err := claimStep(&waiting, true, owner{worker: "w3", attempt: 1}, "d", 0, false, t0); !errors.Is(err, errStillWaiting) {
+		t.Fatalf("claim before the answers: %v", err)
+	}
+	later := t0.Add(10 * time.Minute)
+	next := s
+	if err := claimStep(&next, true, owner{worker: "w3", attempt: 1}, "d", time.Hour, true, later); err != nil {
+		t.Fatal(err)
+	}
+	if next.Status != events.StatusRunning || next.Owner != "w3" || next.Step != 2 || next.Failures != 0 ||
+		next.Deadline == nil || !next.Deadline.Equal(later.Add(time.Hour)) || next.DeadlineLeftMS != 0 || next.InputDeadline != nil {
+		t.Fatalf("next step: %+v", next)
+	}
+	withCancel := s
+	withCancel.Cancel = &rec
+	if err := claimStep(&withCancel, true, owner{worker: "w3", attempt: 1}, "d", 0, false, later); err != nil || withCancel.Status != events.StatusCancelling || withCancel.Step != 1 {
+		t.Fatalf("claim of a waiting run with a cancel: %v %+v", err, withCancel)
+	}
+
+	end := events.RunEvent{RunID: "r", Seq: 3, Type: events.TypeRunFailed}
+	if err := endWaitingRun(&next, "w4", nil, end, later); !errors.Is(err, errClaimed) {
+		t.Fatalf("endWaitingRun of a running run: %v", err)
+	}
+	ended := s
+	if err := endWaitingRun(&ended, "w4", nil, end, later); err != nil || ended.Status != events.StatusFailed || ended.End == nil ||
+		ended.End.Usage == nil || ended.End.Usage.InputTokens != 3 {
+		t.Fatalf("endWaitingRun: %v %+v", err, ended)
+	}
+}
