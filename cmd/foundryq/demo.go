@@ -109,5 +109,44 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("demo: %s", strings.Join(problems, "; "))
 	}
 	fmt.Fprintln(stdout, "\nThe cancel reached Foundry: generation and the tool call stopped server-side.")
-	return nil
+	return demoApproval(ctx, c, stdout, say)
+}
+
+// demoApproval runs a run that asks: its MCP tool needs approval (Foundry's
+// default), the run waits, the demo approves as a person would with
+// `foundryq approve`, and the run goes on.
+func demoApproval(ctx context.Context, c *events.Client, stdout io.Writer, say func(string, ...any)) error {
+	say("4. A run that asks: its MCP tool needs approval (Foundry's default), the run waits, the demo approves")
+	req := events.RunRequest{
+		RunID: events.NewRunID(), Model: "gpt-4o", Input: json.RawMessage(`"Look up the customer"`),
+		Tools:    []json.RawMessage{json.RawMessage(`{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","allowed_tools":["lookup_customer"]}`)},
+		Metadata: map[string]string{"emu_tool_ms": "300", "emu_tokens": "30"},
+	}
+	if _, err := c.Submit(ctx, req); err != nil {
+		return fmt.Errorf("demo: submit: %w", err)
+	}
+	w := c.Watch(ctx, req.RunID, events.WatchOptions{})
+	defer w.Close()
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return fmt.Errorf("demo: watch: %w", err)
+		}
+		printEvent(ev, stdout, stdout)
+		switch {
+		case ev.Type == events.TypeInputRequired:
+			for _, it := range ev.Items {
+				reply, err := c.Approve(ctx, req.RunID, it.ID, true, "approved in the demo")
+				if err != nil {
+					return fmt.Errorf("demo: approve: %w", err)
+				}
+				fmt.Fprintf(stdout, "[approved %s: %s]\n", it.Name, reply.Result)
+			}
+		case ev.Type == events.TypeRunCompleted:
+			fmt.Fprintln(stdout, "\nOne run, two responses (one per step), one event subject; the wait held no worker.")
+			return nil
+		case ev.Type.Terminal():
+			return fmt.Errorf("demo: the run that asks ended %s", ev.Type)
+		}
+	}
 }

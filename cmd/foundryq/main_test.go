@@ -243,7 +243,8 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo exited %d\n%s\n%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"server-side status of", ": cancelled", "tool calls completed after the cancel:   0", "tokens generated after the cancel:       0"} {
+	for _, want := range []string{"server-side status of", ": cancelled", "tool calls completed after the cancel:   0", "tokens generated after the cancel:       0",
+		"waits for approval of lookup_customer", "[step 2 started", "One run, two responses"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout)
 		}
