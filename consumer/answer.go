@@ -294,6 +294,14 @@ func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.Cance
 	switch {
 	case errors.Is(err, errFinished):
 		return finishedReply(st, id), nil
+	case errors.Is(err, errStillWaiting):
+		// It paused since the record was read: nobody owns it, so the
+		// cancel ends it here.
+		reply, err := w.cancelNotTaken(ctx, runID, req, id, true)
+		if err != nil {
+			return events.CancelReply{RunID: runID, Error: "the run changed hands while the cancel was answered; send it again"}, nil
+		}
+		return reply, nil
 	case err != nil && (jserr.StoreFull(err) || jserr.Unavailable(err)):
 		return w.cancelUnrecorded(ctx, runID, req, m, err)
 	case err != nil:

@@ -46,7 +46,7 @@ func (r *run) pause(ev events.RunEvent, upstreamSeq int64, req events.RunRequest
 	}); err != nil {
 		if errors.Is(err, errCancelPending) {
 			// Cancelled as the step ended: the cancel ends the run.
-			r.endCancelled(r.mustCancelReason(), stopped{how: reachNone})
+			r.endCancelledBetweenSteps(r.mustCancelReason(), ev.ResponseID, ev.Status, ev.Usage)
 			return
 		}
 		r.logger().Warn().Err(err).Msg("record the pause; the job will be delivered again")
@@ -66,6 +66,20 @@ func (r *run) pause(ev events.RunEvent, upstreamSeq int64, req events.RunRequest
 	// An answer stored before the ack could not wake the run (its job was
 	// still there): look once more now that it is gone.
 	r.w.wakeIfAnswered(r.hard, r.id)
+}
+
+// endCancelledBetweenSteps ends a run cancelled while none of its
+// responses runs: its last one (responseID, with Foundry's final status
+// and usage, which the earlier steps' usage is added to) has ended, and
+// Foundry is not called.
+func (r *run) endCancelledBetweenSteps(reason, responseID, status string, usage *events.Usage) {
+	r.logger().Info().Str("reason", reason).Msg("cancel of a run between two steps; no response runs, Foundry is not called")
+	if usage == nil {
+		usage = &events.Usage{}
+	}
+	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason, ResponseID: responseID, UpstreamStatus: status, Usage: usage}
+	r.w.m.runsCancelled.WithLabelValues(reason).Inc()
+	r.end(endWith(ev, -1, status))
 }
 
 // mustCancelReason is the reason of the cancel on record, "requested" if

@@ -228,3 +228,42 @@ func TestDeadlinesWhileWaiting(t *testing.T) {
 		t.Fatalf("a run that waited past timeout_seconds ended %+v", end)
 	}
 }
+
+// A cancel that reached a run's record just as it paused (a race between
+// the cancel's answer and the pause): the run's next job ends it
+// cancelled with its last response's status and usage, not "never reached
+// Foundry", and no step is created.
+func TestCancelOnRecordOfAWaitingRun(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	e.submit(askingRequest("ask-race"))
+	asked := e.waitEvent("ask-race", events.TypeInputRequired, 20*time.Second)
+	kv, err := e.js.KeyValue(testCtx(t), "foundryq-runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(testCtx(t), "ask-race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st events.RunState
+	if err := json.Unmarshal(entry.Value(), &st); err != nil || st.Status != events.StatusWaiting {
+		t.Fatalf("state %+v %v", st, err)
+	}
+	st.Cancel = &events.CancelRecord{Reason: events.ReasonRequested, At: time.Now().UTC()}
+	data, _ := json.Marshal(st)
+	if _, err := kv.Update(testCtx(t), "ask-race", data, entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.client.Approve(testCtx(t), "ask-race", asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	end := checkWellFormed(t, e.collect("ask-race", 30*time.Second))
+	if end.Type != events.TypeRunCancelled || end.UpstreamStatus != "completed" || end.ResponseID != asked.ResponseID ||
+		end.Usage == nil || end.Usage.InputTokens == 0 {
+		t.Fatalf("end %+v", end)
+	}
+	if n := len(e.emu.Records("ask-race")); n != 1 {
+		t.Fatalf("%d upstream responses", n)
+	}
+}

@@ -241,6 +241,8 @@ func recordCancel(s *events.RunState, exists bool, rec events.CancelRecord) erro
 		return errFinished
 	case s.Cancel != nil:
 		return errSkipUpdate
+	case s.Status == events.StatusWaiting:
+		return errStillWaiting // no owner to apply it: a waiting run is ended by its canceller (cancelQueued)
 	}
 	s.Cancel = &rec
 	if s.Status == events.StatusRunning {

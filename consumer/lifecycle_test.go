@@ -444,6 +444,9 @@ func TestPauseAndNextStep(t *testing.T) {
 		t.Fatalf("paused: %+v", s)
 	}
 
+	if err := recordCancel(&s, true, rec); !errors.Is(err, errStillWaiting) || s.Cancel != nil {
+		t.Fatalf("recordCancel of a waiting run: %v (its canceller ends it instead)", err)
+	}
 	waiting := s
 	if err := claimStep(&waiting, true, owner{worker: "w3", attempt: 1}, "d", 0, false, t0); !errors.Is(err, errStillWaiting) {
 		t.Fatalf("claim before the answers: %v", err)

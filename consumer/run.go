@@ -128,6 +128,11 @@ func (r *run) execute() {
 	}
 	if cancel := r.pendingCancel(st); cancel != nil {
 		if st.ResponseID == "" && st.CreateStartedAt == nil {
+			if n := len(st.Steps); n > 0 {
+				// Between two steps: the last response has ended.
+				r.endCancelledBetweenSteps(cancel.Reason, st.Steps[n-1].ResponseID, st.Steps[n-1].Status, &events.Usage{})
+				return
+			}
 			r.logger().Info().Str("reason", cancel.Reason).Msg("cancel recorded before the run started; Foundry is not called")
 			r.endCancelled(cancel.Reason, stopped{how: reachNone})
 			return

@@ -54,6 +54,9 @@ type RunPlan struct {
 	// (emu_cancel_fail_ms, emu_cancel_hang_ms): the owner retries it that
 	// long (at most Bounds.CancelConfirm) before the terminal event.
 	CancelFault time.Duration
+	// Asks: the run's response stops on an approval request, which the
+	// chaos run answers (answerLater): a run of two steps.
+	Asks bool
 }
 
 // Bounds are the deadline rules' allowances.
@@ -312,6 +315,15 @@ func (a *Auditor) auditRun(rep *Report, id string, evs []events.RunEvent, recs [
 	if malformed {
 		rep.Malformed++
 	}
+	for _, ev := range evs {
+		if ev.Type == events.TypeInputRequired {
+			rep.Asked++
+			if terminal != nil && terminal.Type == events.TypeRunCompleted {
+				rep.AskedCompleted++
+			}
+			break
+		}
+	}
 	if terminal != nil {
 		switch terminal.Type {
 		case events.TypeRunCompleted:
@@ -332,25 +344,29 @@ func (a *Auditor) auditRun(rep *Report, id string, evs []events.RunEvent, recs [
 			rep.Failures = append(rep.Failures, id+": "+code+": "+msg)
 		}
 	}
-	// Upstream: at most one response, the one the events name.
-	if len(recs) > 1 {
-		rep.ExtraUpstreamResponses += len(recs) - 1
-		ids := make([]string, len(recs))
-		for i, r := range recs {
-			ids[i] = r.ID
-		}
-		problem("%d upstream responses %v", len(recs), ids)
+	// Upstream: at most one response per step, the ones the events name.
+	// A run that asks has a chain of responses, each continuing the one
+	// before (previous_response_id); two responses continuing the same one
+	// (or two first ones) are a step created twice.
+	byPrev := map[string][]string{}
+	named := map[string]bool{}
+	for _, r := range recs {
+		byPrev[r.PreviousResponseID] = append(byPrev[r.PreviousResponseID], r.ID)
+		named[r.ID] = true
 	}
-	var want string
-	if len(recs) > 0 {
-		want = recs[0].Text
-		for _, ev := range evs {
-			if ev.ResponseID != "" && ev.ResponseID != recs[0].ID {
-				problem("%s names response %s, the emulator's is %s", ev.Type, ev.ResponseID, recs[0].ID)
-				break
-			}
+	for prev, ids := range byPrev {
+		if len(ids) > 1 {
+			rep.ExtraUpstreamResponses += len(ids) - 1
+			problem("%d upstream responses %v for one step (continuing %q)", len(ids), ids, prev)
 		}
 	}
+	for _, ev := range evs {
+		if ev.ResponseID != "" && !named[ev.ResponseID] {
+			problem("%s names response %s, not one of the emulator's %v", ev.Type, ev.ResponseID, byPrev)
+			break
+		}
+	}
+	want := chainText(recs)
 	if terminal != nil && terminal.Type == events.TypeRunCompleted && len(recs) == 0 {
 		problem("completed without an upstream response")
 	}
@@ -388,6 +404,25 @@ func (a *Auditor) auditRun(rep *Report, id string, evs []events.RunEvent, recs [
 		rep.TokensAfterCancel += after
 		problem("%d tokens generated after the cancel", after)
 	}
+}
+
+// chainText is the text the emulator generated for a run: its responses'
+// texts, each step after the one it continues.
+func chainText(recs []foundrytest.ResponseRecord) string {
+	next := map[string]foundrytest.ResponseRecord{}
+	for _, r := range recs {
+		next[r.PreviousResponseID] = r
+	}
+	var b []byte
+	for prev, n := "", 0; n < len(recs); n++ {
+		r, ok := next[prev]
+		if !ok {
+			break
+		}
+		b = append(b, r.Text...)
+		prev = r.ID
+	}
+	return string(b)
 }
 
 // relayedText concatenates the text of every stored text.delta, repeats

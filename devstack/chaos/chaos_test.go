@@ -3,7 +3,9 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -173,6 +175,13 @@ func TestChaos(t *testing.T) {
 			a.Planned(id, plan)
 			faults.submitted(id)
 			submitted++
+			if plan.Asks {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					answerLater(ctx, s.Client, id, time.Duration(r2ms(id))*time.Millisecond)
+				}()
+			}
 			switch {
 			case plan.CancelFault > 0: // a cancel fault is for a run that is cancelled
 				faults.cancel(id, time.Duration(200+r.IntN(1500))*time.Millisecond)
@@ -230,6 +239,7 @@ func chaosRequest(id string, r *rand.Rand, long bool) (events.RunRequest, RunPla
 		"emu_token_ms": strconv.Itoa(10 + r.IntN(40)),
 	}
 	var tools []json.RawMessage
+	asks := false
 	switch r.IntN(10) {
 	case 0: // transient 429 on create
 		md["emu_create_status"], md["emu_create_status_times"] = "429", strconv.Itoa(1+r.IntN(2))
@@ -246,9 +256,13 @@ func chaosRequest(id string, r *rand.Rand, long bool) (events.RunRequest, RunPla
 		if r.IntN(4) == 0 {
 			md["emu_create_status"] = "500"
 		}
+	case 6: // a run that asks: its MCP call waits for approval, then runs in a second step
+		asks = true
+		md["emu_tool_ms"] = strconv.Itoa(100 + r.IntN(500))
+		tools = []json.RawMessage{json.RawMessage(`{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp"}`)}
 	}
 	req := events.RunRequest{RunID: id, Model: "gpt-chaos", Input: json.RawMessage(`"chaos"`), Metadata: md, Tools: tools}
-	var plan RunPlan
+	plan := RunPlan{Asks: asks}
 	generating := func(d time.Duration) { // a stream that lasts about d
 		md["emu_token_ms"] = "50"
 		md["emu_tokens"] = strconv.Itoa(int(d / (50 * time.Millisecond)))
@@ -296,6 +310,52 @@ func cancelLater(ctx context.Context, t *testing.T, c *events.Client, a *Auditor
 		}
 		time.Sleep(200 * time.Millisecond) // NATS or the answering worker went away: ask again
 	}
+}
+
+// answerLater follows runID and approves everything it asks, delay after
+// it asks, until the run ends; answers that do not reach a worker (NATS or
+// the answering worker went away) are sent again.
+func answerLater(ctx context.Context, c *events.Client, runID string, delay time.Duration) {
+	for ctx.Err() == nil {
+		w := c.Watch(ctx, runID, events.WatchOptions{NoHeartbeat: true})
+		for {
+			ev, err := w.Next(ctx)
+			if err != nil {
+				w.Close()
+				if errors.Is(err, io.EOF) {
+					return // the run ended
+				}
+				break // watch again from the start
+			}
+			if ev.Type != events.TypeInputRequired {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+			for _, it := range ev.Items {
+				for ctx.Err() == nil {
+					actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+					_, err := c.Approve(actx, runID, it.ID, true, "chaos")
+					cancel()
+					if err == nil {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
+		}
+	}
+}
+
+// r2ms is a delay of 0-2 s before an answer, fixed by the run id.
+func r2ms(id string) int {
+	h := 0
+	for _, c := range id {
+		h = h*31 + int(c)
+	}
+	return (h%2000 + 2000) % 2000
 }
 
 // fleet is the foundryq worker processes of the chaos run.

@@ -24,8 +24,13 @@ type Report struct {
 	// DuplicateTokens counts relayed tokens that were not generated there:
 	// repeats.
 	DuplicateTokens int
-	// ExtraUpstreamResponses counts responses beyond the first per run.
+	// ExtraUpstreamResponses counts responses beyond the first per step of
+	// a run (a run that asks has one response per step).
 	ExtraUpstreamResponses int
+	// Asked counts the runs whose response asked for approval
+	// (input.required); AskedCompleted those of them that completed, after
+	// a second step.
+	Asked, AskedCompleted int
 	// NoTerminal counts runs without a terminal event.
 	NoTerminal int
 	// TokensAfterCancel counts tokens generated after a cancel had been
@@ -101,6 +106,7 @@ func (r Report) Table() string {
 	}
 	row("cancelled (by reason)", fmt.Sprint(r.Cancelled)+byKey(r.CancelledBy, unconfirmed))
 	row("with a short timeout_seconds", r.WithTimeout)
+	row("that asked for approval (completed after a second step)", fmt.Sprintf("%d (%d)", r.Asked, r.AskedCompleted))
 	row("response id never known to a worker (outside the guarantees)", r.UnknownUpstream)
 	row("lost tokens", r.LostTokens)
 	row("duplicate tokens", r.DuplicateTokens)

@@ -165,3 +165,11 @@ func (r *response) asked() (calls map[string]bool, approvals map[string]*mcpAppr
 	}
 	return calls, approvals
 }
+
+// previousID is the request's previous_response_id, "" if none.
+func (req *createRequest) previousID() string {
+	if req.followUp == nil {
+		return ""
+	}
+	return req.followUp.previousID
+}

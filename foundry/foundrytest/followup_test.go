@@ -69,6 +69,9 @@ func TestFollowUpRunsTheApprovedCall(t *testing.T) {
 	if srv.Stats().ToolCallsStarted != 1 {
 		t.Fatalf("tool calls started: %d", srv.Stats().ToolCallsStarted)
 	}
+	if rec := record(t, srv, evs[0].Response.ID); rec.PreviousResponseID != prev {
+		t.Fatalf("record of the follow-up: previous %q, want %q", rec.PreviousResponseID, prev)
+	}
 }
 
 // A denied call does not run; the model answers without it.

@@ -324,6 +324,7 @@ func (r *response) record() ResponseRecord {
 	return ResponseRecord{
 		ID:                     r.id,
 		RunID:                  r.runID,
+		PreviousResponseID:     r.req.previousID(),
 		Status:                 r.status,
 		Background:             r.req.background,
 		Stream:                 r.req.stream,

@@ -92,6 +92,9 @@ type ResponseRecord struct {
 	ID string `json:"id"`
 	// RunID is metadata.run_id of the create request ("" if none).
 	RunID string `json:"run_id,omitempty"`
+	// PreviousResponseID is the create request's previous_response_id ("" if
+	// none): the response this one continues.
+	PreviousResponseID string `json:"previous_response_id,omitempty"`
 	// Status is the current status, as GET would show it.
 	Status string `json:"status"`
 	// Background, Stream and Store echo the create request's flags.
