@@ -3,9 +3,10 @@
 // same behaviour cases against both and comparing what each observed.
 //
 // Each Case observes one behaviour (create, the stream's framing, resume
-// with starting_after, retrieve, cancel in each state, unknown ids, the
-// resume window, MCP approval requests, error objects, throttling
-// headers) over raw HTTP, authenticated as package foundry authenticates
+// with starting_after, retrieve, request ids, obfuscation, keepalives,
+// cancel in each state, unknown ids, the resume window, MCP approval
+// requests, follow-ups with previous_response_id, the ways a response
+// fails, error objects, throttling headers) over raw HTTP, authenticated as package foundry authenticates
 // (an api-key header, or an Entra ID token for the scope foundry picks),
 // and returns a short string: what the behaviour looked like, with no ids
 // or timings, so that the emulator's and an endpoint's can be compared.
@@ -19,8 +20,9 @@
 // without a person); a few run only on an endpoint (the emulator does not
 // model them). Case.EmulatorOnly and Case.EndpointOnly say why.
 //
-// Against a real endpoint the cases create seven small responses (a prompt
-// answered in a word, max_output_tokens 16): a few hundred tokens in all.
+// Against a real endpoint the cases create thirteen small responses (a
+// prompt answered in a word or a call of a function without arguments,
+// max_output_tokens 16): a few hundred tokens in all.
 // Set FOUNDRYQ_CONFORMANCE_ENDPOINT, FOUNDRYQ_CONFORMANCE_MODEL and either
 // FOUNDRYQ_CONFORMANCE_API_KEY or an Entra ID login that
 // azidentity.DefaultAzureCredential finds, then run

@@ -99,13 +99,63 @@ type responseObject struct {
 	Object     string `json:"object"`
 	Status     string `json:"status"`
 	Background *bool  `json:"background"`
-	Output     []struct {
+	// Error is the response's error object, "null" or absent.
+	Error  json.RawMessage `json:"error"`
+	Output []outputItem    `json:"output"`
+}
+
+// outputItem is one item of a response's output, with the fields the
+// cases look at.
+type outputItem struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	// CallID is a function_call's id, which its function_call_output names.
+	CallID string `json:"call_id"`
+	// ApprovalRequestID is, on an mcp_call, the mcp_approval_request that
+	// let it run.
+	ApprovalRequestID *string `json:"approval_request_id"`
+	// Error is an mcp_list_tools item's reason (a string) or an mcp_call's
+	// error object.
+	Error   json.RawMessage `json:"error"`
+	Content []struct {
 		Type    string `json:"type"`
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"output"`
+		Text    string `json:"text"`
+		Refusal string `json:"refusal"`
+	} `json:"content"`
+}
+
+// itemTypes lists the types of r's output items, or "none".
+func (r *responseObject) itemTypes() string {
+	if len(r.Output) == 0 {
+		return "none"
+	}
+	types := make([]string, len(r.Output))
+	for i, it := range r.Output {
+		types[i] = it.Type
+	}
+	return strings.Join(types, " ")
+}
+
+// errorCode says what r's error is: "error null", "error absent" or
+// "error CODE".
+func (r *responseObject) errorCode() string {
+	raw := bytes.TrimSpace(r.Error)
+	switch {
+	case len(raw) == 0:
+		return "error absent"
+	case string(raw) == "null":
+		return "error null"
+	}
+	var e struct {
+		Code json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(raw, &e) != nil {
+		return "error not an object"
+	}
+	if c := jsonScalar(e.Code); c != "" {
+		return "error " + c
+	}
+	return "error without a code"
 }
 
 // text is the output text of a message items, concatenated.

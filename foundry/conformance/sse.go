@@ -118,3 +118,33 @@ func (fr *frameReader) readAll() ([]frame, error) {
 		}
 	}
 }
+
+// readToEnd reads every frame to the end of the stream, past a terminal
+// one: on the service an error event can follow response.failed.
+func (fr *frameReader) readToEnd() ([]frame, error) {
+	var out []frame
+	for {
+		f, err := fr.next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, f)
+	}
+}
+
+// str returns the string field key of the frame's data, and whether it is
+// one (absent, null or another kind: false).
+func (f frame) str(key string) (string, bool) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(f.data, &fields) != nil {
+		return "", false
+	}
+	var s string
+	if raw, ok := fields[key]; !ok || json.Unmarshal(raw, &s) != nil || string(bytes.TrimSpace(raw)) == "null" {
+		return "", false
+	}
+	return s, true
+}

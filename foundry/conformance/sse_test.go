@@ -77,6 +77,42 @@ func TestReadAllStopsAtTheTerminalEvent(t *testing.T) {
 	}
 }
 
+// readToEnd goes past the terminal event (an error event can follow
+// response.failed) and still reports a broken frame after it.
+func TestReadToEndReadsPastTheTerminalEvent(t *testing.T) {
+	t.Parallel()
+	failed := "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":null}}\n\n"
+	trailing := "event: error\ndata: {\"type\":\"error\",\"code\":\"content_policy_violation\"}\n\n"
+	frames, err := newFrameReader(strings.NewReader(failed + trailing)).readToEnd()
+	if err != nil || len(frames) != 2 {
+		t.Fatalf("frames %d, err %v", len(frames), err)
+	}
+	if got, want := failedThen(frames), "response.failed, error null; then error code=content_policy_violation"; got != want {
+		t.Errorf("failedThen: %q, want %q", got, want)
+	}
+	if _, err := newFrameReader(strings.NewReader(failed + "event: x\ndata: garbage\n\n")).readToEnd(); err == nil {
+		t.Error("a broken frame after the terminal event: no error")
+	}
+}
+
+// str reads string fields only: absent, null and other kinds are not one.
+func TestFrameStr(t *testing.T) {
+	t.Parallel()
+	f := frame{data: []byte(`{"a":"x","b":null,"c":3,"d":""}`)}
+	for _, tt := range []struct {
+		key  string
+		want string
+		ok   bool
+	}{{"a", "x", true}, {"b", "", false}, {"c", "", false}, {"d", "", true}, {"e", "", false}} {
+		if got, ok := f.str(tt.key); got != tt.want || ok != tt.ok {
+			t.Errorf("str(%q) = %q, %t; want %q, %t", tt.key, got, ok, tt.want, tt.ok)
+		}
+	}
+	if _, ok := (frame{data: []byte(`[1]`)}).str("a"); ok {
+		t.Error("str on a non-object: ok")
+	}
+}
+
 func FuzzFrameReader(f *testing.F) {
 	f.Add("event: a\ndata: {\"type\":\"a\",\"sequence_number\":0}\n\n")
 	f.Add("data: {\"sequence_number\":\"x\"}\n\n:c\n")

@@ -1,7 +1,9 @@
 package conformance
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,11 +13,20 @@ import (
 
 // wrongService answers every route in a way the service does not: a
 // stream numbered from 1 with a gap, an event name that is not its type,
-// no response.queued, a foreground response; GET says in_progress for any
-// id, resume answers JSON, cancel says completed, and every create is
+// no response.queued, a foreground response, no request id, no
+// obfuscation; a create that does not stream answers a response that both
+// calls a function and asks for an MCP approval, and so does a follow-up,
+// whatever it answered, with no text; GET says in_progress for any id,
+// resume answers JSON, cancel says completed, and every create is
 // accepted, bad or not.
 func wrongService(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
 	switch {
+	case req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/responses") && !bytes.Contains(body, []byte(`"stream":true`)):
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"resp_wrong","object":"response","status":"completed","output":[`+
+			`{"type":"function_call","id":"fc_wrong","call_id":"call_wrong","name":"get_word","arguments":"{}"},`+
+			`{"type":"mcp_approval_request","id":"mcpr_wrong","server_label":"crm","name":"t","arguments":"{}"}]}`)
 	case req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/responses"):
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
