@@ -269,22 +269,9 @@ func DeadStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 // states.
 func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
-	return jetstream.StreamConfig{
-		Name:                 n.CancelsStream(),
-		Description:          "foundryq cancel requests on record, one per run id",
-		Subjects:             []string{n.CancelRecordsWildcard()},
-		Retention:            jetstream.LimitsPolicy,
-		Storage:              jetstream.FileStorage,
-		Replicas:             cfg.Replicas,
-		MaxMsgsPerSubject:    1,
-		Discard:              jetstream.DiscardNew,
-		DiscardNewPerSubject: true,
-		MaxAge:               cfg.StateTTL,
-		Duplicates:           min(DefaultEventsDuplicates, cfg.StateTTL),
-		AllowDirect:          true,
-		MaxBytes:             cfg.CancelsMaxBytes,
-		MaxMsgs:              cfg.CancelsMaxMsgs,
-	}
+	c := recordsStreamConfig(n.CancelsStream(), "foundryq cancel requests on record, one per run id", n.CancelRecordsWildcard(), cfg)
+	c.MaxBytes, c.MaxMsgs = cfg.CancelsMaxBytes, cfg.CancelsMaxMsgs
+	return c
 }
 
 // InputsStreamConfig: see RunsStreamConfig. Answers of runs that ask, one
@@ -293,17 +280,24 @@ func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 // it.
 func InputsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
+	c := recordsStreamConfig(n.InputsStream(), "foundryq answers to runs that ask, one per item, and the requests of waiting runs", n.InputRecordsWildcard(), cfg)
+	c.MaxBytes = cfg.InputsMaxBytes
+	return c
+}
+
+// recordsStreamConfig is a stream of records kept as long as run states,
+// one per subject: the first stays (DiscardNewPerSubject).
+func recordsStreamConfig(name, description, subjects string, cfg ProvisionConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:                 n.InputsStream(),
-		Description:          "foundryq answers to runs that ask, one per item, and the requests of waiting runs",
-		Subjects:             []string{n.InputRecordsWildcard()},
+		Name:                 name,
+		Description:          description,
+		Subjects:             []string{subjects},
 		Retention:            jetstream.LimitsPolicy,
 		Storage:              jetstream.FileStorage,
 		Replicas:             cfg.Replicas,
 		MaxMsgsPerSubject:    1,
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
-		MaxBytes:             cfg.InputsMaxBytes,
 		MaxAge:               cfg.StateTTL,
 		Duplicates:           min(DefaultEventsDuplicates, cfg.StateTTL),
 		AllowDirect:          true,
