@@ -45,28 +45,7 @@ var caseCancelRunning = Case{
 		// emu_token_ms keeps the emulator's response generating for 10 s;
 		// the service's is cancelled right after response.created, while
 		// a background response is usually still queued.
-		res, fr, err := e.openStream(ctx, "emu_token_ms", "2000")
-		if err != nil {
-			return "", err
-		}
-		defer res.Body.Close()
-		id, err := readUntil(fr, "response.created")
-		if err != nil {
-			return "", err
-		}
-		var obs []string
-		for _, step := range []struct{ label, method, suffix string }{
-			{"cancel", http.MethodPost, "/cancel"},
-			{"again", http.MethodPost, "/cancel"},
-			{"GET", http.MethodGet, ""},
-		} {
-			_, _, o, err := e.visible(ctx, step.method, "responses/"+id+step.suffix, nil, true)
-			if err != nil {
-				return "", err
-			}
-			obs = append(obs, step.label+" "+o)
-		}
-		return strings.Join(obs, "; "), nil
+		return e.openAndCall(ctx, "emu_token_ms", "2000", "response.created", cancelCall, againCall, getCall)
 	},
 }
 
@@ -77,28 +56,7 @@ var caseCancelQueued = Case{
 		"(queued and in_progress are not final; any background response can be cancelled)",
 	EmulatorOnly: "the service decides how long a response stays queued; the emulator holds one there (emu_queued_ms)",
 	Run: func(ctx context.Context, e *Endpoint) (string, error) {
-		res, fr, err := e.openStream(ctx, "emu_queued_ms", "600000")
-		if err != nil {
-			return "", err
-		}
-		defer res.Body.Close()
-		id, err := readUntil(fr, "response.queued")
-		if err != nil {
-			return "", err
-		}
-		var obs []string
-		for _, step := range []struct{ label, method, suffix string }{
-			{"GET", http.MethodGet, ""},
-			{"cancel", http.MethodPost, "/cancel"},
-			{"GET", http.MethodGet, ""},
-		} {
-			_, _, o, err := e.visible(ctx, step.method, "responses/"+id+step.suffix, nil, true)
-			if err != nil {
-				return "", err
-			}
-			obs = append(obs, step.label+" "+o)
-		}
-		return strings.Join(obs, "; "), nil
+		return e.openAndCall(ctx, "emu_queued_ms", "600000", "response.queued", getCall, cancelCall, getCall)
 	},
 }
 
@@ -135,4 +93,38 @@ var caseUnknownID = Case{
 		}
 		return "GET " + get + "; cancel " + cancel, nil
 	},
+}
+
+// call is one request on a response, for openAndCall.
+type call struct{ label, method, suffix string }
+
+var (
+	getCall    = call{"GET", http.MethodGet, ""}
+	cancelCall = call{"cancel", http.MethodPost, "/cancel"}
+	againCall  = call{"again", http.MethodPost, "/cancel"}
+)
+
+// openAndCall opens a streamed background create with the emulator
+// directive key=value, reads it until the event until (which names the
+// response), then makes the calls on the response while the stream is
+// open, and joins what each observed.
+func (e *Endpoint) openAndCall(ctx context.Context, key, value, until string, calls ...call) (string, error) {
+	res, fr, err := e.openStream(ctx, key, value)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	id, err := readUntil(fr, until)
+	if err != nil {
+		return "", err
+	}
+	var obs []string
+	for _, c := range calls {
+		_, _, o, err := e.visible(ctx, c.method, "responses/"+id+c.suffix, nil, true)
+		if err != nil {
+			return "", err
+		}
+		obs = append(obs, c.label+" "+o)
+	}
+	return strings.Join(obs, "; "), nil
 }
