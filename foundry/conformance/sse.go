@@ -102,26 +102,13 @@ func decodeFrame(f frame, data []string) (frame, error) {
 
 // readAll reads frames up to and including the first terminal one, or to
 // the end of the stream.
-func (fr *frameReader) readAll() ([]frame, error) {
-	var out []frame
-	for {
-		f, err := fr.next()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, f)
-		if f.terminal() {
-			return out, nil
-		}
-	}
-}
+func (fr *frameReader) readAll() ([]frame, error) { return fr.read(true) }
 
 // readToEnd reads every frame to the end of the stream, past a terminal
 // one: on the service an error event can follow response.failed.
-func (fr *frameReader) readToEnd() ([]frame, error) {
+func (fr *frameReader) readToEnd() ([]frame, error) { return fr.read(false) }
+
+func (fr *frameReader) read(stopAtTerminal bool) ([]frame, error) {
 	var out []frame
 	for {
 		f, err := fr.next()
@@ -132,6 +119,9 @@ func (fr *frameReader) readToEnd() ([]frame, error) {
 			return out, err
 		}
 		out = append(out, f)
+		if stopAtTerminal && f.terminal() {
+			return out, nil
+		}
 	}
 }
 
