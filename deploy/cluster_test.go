@@ -43,8 +43,11 @@ var (
 )
 
 // TestClusterContainers runs deploy/compose.cluster.yml (three NATS nodes
-// with R3 streams and bucket, the emulator and three workers on the
-// project's private network) and submits runs without a pause while it
+// with R3 streams and bucket, routes over mutual TLS with the route
+// password, the emulator and three workers on the project's private
+// network). It checks that a server dialling a node's route port from
+// that network without TLS, with a certificate of another CA or with a
+// wrong password is refused, then submits runs without a pause while it
 // restarts the workers one by one (SIGTERM: hand-off), restarts the NATS
 // nodes one by one, and cuts the node that leads FOUNDRYQ_EVENTS off the
 // network for 20 s. Every run must end once, completed, with contiguous
@@ -58,6 +61,7 @@ func TestClusterContainers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
 	c := startCluster(ctx, t, dockerHost, compose, img)
+	c.checkRouteTLS(ctx, t, img, c.routeCerts, makeRouteCerts(ctx, t, "other-route-tls"))
 
 	l := c.startLoad(ctx, t)
 	for _, w := range clusterWorkers {
@@ -103,6 +107,7 @@ type cluster struct {
 	ports       map[string]string // host port by variable name
 	network     string
 	emulatorURL string
+	routeCerts  string // ROUTE_CERTS_DIR
 
 	nc     *nats.Conn // the client user, on all three nodes
 	js     jetstream.JetStream
@@ -134,7 +139,7 @@ func startCluster(ctx context.Context, t *testing.T, dockerHost string, compose 
 	// Fixed ports (not Docker's random ones): a restarted container keeps
 	// them, and the clients reconnect to the same addresses.
 	free := freePorts(t, len(vars))
-	c.env = append(os.Environ(), "DOCKER_HOST="+dockerHost,
+	c.env = append(withoutEnv(os.Environ(), "ROUTE_CERTS_DIR"), "DOCKER_HOST="+dockerHost,
 		"WORKER_PASSWORD=w"+randomHex(t, 12), "CLIENT_PASSWORD=c"+randomHex(t, 12), "GATEWAY_PASSWORD=g"+randomHex(t, 12), "ROUTE_PASSWORD=r"+randomHex(t, 12),
 		"FOUNDRYQ_IMAGE_PREFIX=", "FOUNDRYQ_IMAGE_TAG="+img.tag)
 	for i, v := range vars {
@@ -142,6 +147,10 @@ func startCluster(ctx context.Context, t *testing.T, dockerHost string, compose 
 		c.env = append(c.env, v+"="+c.ports[v])
 	}
 	clientPW := envValue(c.env, "CLIENT_PASSWORD")
+	c.checkNeedsRouteCerts(ctx, t)
+	// The route certificates as an operator makes them (deploy/README.md).
+	c.routeCerts = makeRouteCerts(ctx, t, "route-tls")
+	c.env = append(c.env, "ROUTE_CERTS_DIR="+c.routeCerts)
 
 	t.Cleanup(func() {
 		if t.Failed() {

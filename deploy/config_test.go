@@ -39,7 +39,7 @@ func TestNATSConfigs(t *testing.T) {
 	files := map[string]string{
 		"nats-server.conf":     filepath.Join("nats", "nats-server.conf"),
 		"dev.conf":             filepath.Join("nats", "dev.conf"),
-		"cluster.conf":         filepath.Join("nats", "cluster.conf"),
+		"cluster.conf":         clusterConf(t),
 		"tenants.conf":         filepath.Join("nats", "tenants.conf"),
 		"nats-server-tls.conf": tlsConf,
 	}
@@ -79,6 +79,7 @@ func checkClusterConf(t *testing.T, opts *server.Options) {
 	if opts.Cluster.Name == "" || opts.Cluster.Port != 6222 || !opts.Cluster.NoAdvertise {
 		t.Errorf("cluster.conf: cluster %q port %d no_advertise %v, want a name, 6222 and true", opts.Cluster.Name, opts.Cluster.Port, opts.Cluster.NoAdvertise)
 	}
+	checkRouteTLS(t, opts)
 	if opts.Cluster.Username != "route" || opts.Cluster.Password != "pass" {
 		t.Errorf("cluster.conf: route authorization %q/%q, want user route with $ROUTE_PASSWORD", opts.Cluster.Username, opts.Cluster.Password)
 	}
@@ -357,9 +358,13 @@ func TestNATSConfigsRefuseEmptySecrets(t *testing.T) {
 	t.Setenv("SERVER_NAME", "nats-1")
 	routeURLs(t)
 	tlsConf := tlstest.New(t).ServerConfig(t, "nats", "nats-server-tls.conf")
+	clusterPath := clusterConf(t)
 	path := func(name string) string {
-		if name == "nats-server-tls.conf" {
+		switch name {
+		case "nats-server-tls.conf":
 			return tlsConf
+		case "cluster.conf":
+			return clusterPath
 		}
 		return filepath.Join("nats", name)
 	}

@@ -10,6 +10,9 @@
 //	nats/nats-server-tls.conf  the same with mutual TLS and an encrypted store
 //	nats/tenants.conf      an account per team, each with its worker and client users
 //	nats/dev.conf          NATS with JetStream and no authentication (docker-compose.yml)
+//	nats/cluster.conf      a node of a three-node cluster: routes over mutual TLS with a password
+//	nats/routecerts        go run ./deploy/nats/routecerts -dir DIR: the route TLS files
+//	compose.cluster.yml    the three-node cluster, the emulator and three workers
 //	build-images.sh        builds the static binaries and both images locally
 //	k8s/                   worker Deployment, KEDA ScaledObject, Helm values for NATS
 //
