@@ -314,3 +314,30 @@ func TestParallelFunctionCallsAreGathered(t *testing.T) {
 		t.Fatalf("%d creates, the second with %d outputs; %d input.received", len(reqs), len(second.Input), received)
 	}
 }
+
+// An owner killed during a later step's create (Foundry holds
+// response.created back): the step may exist upstream with an id nobody
+// saved, so no worker creates it again; the run ends upstream_lost, with
+// one upstream response per step.
+func TestOwnerKilledDuringALaterStepsCreate(t *testing.T) {
+	e := setup(t)
+	first := e.startWorker(consumer.Config{WorkerID: "first"})
+	req := request("ask-lost", map[string]string{foundrytest.KeyToolMS: "5", foundrytest.KeyTokens: "3", foundrytest.KeyCreatedMS: "3000"})
+	req.Tools = []json.RawMessage{json.RawMessage(askingTool)}
+	e.submit(req)
+	asked := e.waitEvent("ask-lost", events.TypeInputRequired, 30*time.Second)
+	if r, err := e.client.Approve(testCtx(t), "ask-lost", asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	e.waitEvent("ask-lost", events.TypeInputReceived, 20*time.Second)
+	testkit.Eventually(t, 20*time.Second, "the second step's create to be sent", func() bool { return len(e.emu.Records("ask-lost")) == 2 })
+	first.crash()
+	e.startWorker(consumer.Config{WorkerID: "second"})
+	end := checkWellFormed(t, e.collect("ask-lost", 90*time.Second))
+	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeUpstreamLost {
+		t.Fatalf("ended %+v", end)
+	}
+	if n := len(e.emu.Records("ask-lost")); n != 2 {
+		t.Fatalf("%d upstream responses, want 2 (the lost step is not created again)", n)
+	}
+}
