@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -265,5 +266,78 @@ func TestCancelOnRecordOfAWaitingRun(t *testing.T) {
 	}
 	if n := len(e.emu.Records("ask-race")); n != 1 {
 		t.Fatalf("%d upstream responses", n)
+	}
+}
+
+// Parallel function calls: the run waits for every output; the first ones
+// do not start the next step, the last one does, with all of them.
+func TestParallelFunctionCallsAreGathered(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	req := request("ask-par", map[string]string{foundrytest.KeyToolMS: "5", foundrytest.KeyTokens: "3", foundrytest.KeyFunctionCalls: "3"})
+	req.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","name":"get_weather"}`)}
+	e.submit(req)
+	asked := e.waitEvent("ask-par", events.TypeInputRequired, 20*time.Second)
+	if len(asked.Items) != 3 {
+		t.Fatalf("asked %+v", asked.Items)
+	}
+	for i, it := range asked.Items[:2] {
+		if r, err := e.client.SendOutput(testCtx(t), "ask-par", it.ID, fmt.Sprintf(`{"n":%d}`, i)); err != nil || r.Result != events.InputAccepted {
+			t.Fatalf("output %d: %+v %v", i, r, err)
+		}
+	}
+	// Two of three answered: still waiting, one response upstream.
+	st, _, err := e.client.State(testCtx(t), "ask-par")
+	if err != nil || st.Status != events.StatusWaiting || len(e.emu.Records("ask-par")) != 1 {
+		t.Fatalf("after two answers: %+v %v, %d responses", st.Status, err, len(e.emu.Records("ask-par")))
+	}
+	if r, err := e.client.SendOutput(testCtx(t), "ask-par", asked.Items[2].ID, `{"n":2}`); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("last output: %+v %v", r, err)
+	}
+	evs := e.collect("ask-par", 30*time.Second)
+	if end := checkWellFormed(t, evs); end.Type != events.TypeRunCompleted {
+		t.Fatalf("ended %s", end.Type)
+	}
+	received := 0
+	for _, ev := range evs {
+		if ev.Type == events.TypeInputReceived {
+			received++
+		}
+	}
+	reqs := e.emu.CreateRequests("ask-par")
+	var second struct {
+		Input []struct {
+			CallID string `json:"call_id"`
+		} `json:"input"`
+	}
+	if err := json.Unmarshal(reqs[len(reqs)-1], &second); err != nil || len(reqs) != 2 || len(second.Input) != 3 || received != 3 {
+		t.Fatalf("%d creates, the second with %d outputs; %d input.received", len(reqs), len(second.Input), received)
+	}
+}
+
+// An owner killed during a later step's create (Foundry holds
+// response.created back): the step may exist upstream with an id nobody
+// saved, so no worker creates it again; the run ends upstream_lost, with
+// one upstream response per step.
+func TestOwnerKilledDuringALaterStepsCreate(t *testing.T) {
+	e := setup(t)
+	first := e.startWorker(consumer.Config{WorkerID: "first"})
+	req := request("ask-lost", map[string]string{foundrytest.KeyToolMS: "5", foundrytest.KeyTokens: "3", foundrytest.KeyCreatedMS: "3000"})
+	req.Tools = []json.RawMessage{json.RawMessage(askingTool)}
+	e.submit(req)
+	asked := e.waitEvent("ask-lost", events.TypeInputRequired, 30*time.Second)
+	if r, err := e.client.Approve(testCtx(t), "ask-lost", asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	e.waitEvent("ask-lost", events.TypeInputReceived, 20*time.Second)
+	testkit.Eventually(t, 20*time.Second, "the second step's create to be sent", func() bool { return len(e.emu.Records("ask-lost")) == 2 })
+	first.crash()
+	e.startWorker(consumer.Config{WorkerID: "second"})
+	end := checkWellFormed(t, e.collect("ask-lost", 90*time.Second))
+	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeUpstreamLost {
+		t.Fatalf("ended %+v", end)
+	}
+	if n := len(e.emu.Records("ask-lost")); n != 2 {
+		t.Fatalf("%d upstream responses, want 2 (the lost step is not created again)", n)
 	}
 }

@@ -101,11 +101,15 @@ func (g *generator) generate() {
 			}
 			index++
 		case call.function:
-			// The model calls a function: the response ends waiting for its
-			// output, with no text.
-			if g.functionCall(index, call.name) {
-				g.finish(statusCompleted, evCompleted)
+			// The model calls the function (emu_function_calls times, in
+			// parallel): the response ends waiting for the outputs, with no
+			// text.
+			for k := range r.sc.functionCalls {
+				if !g.functionCall(index+k, k, call.name) {
+					return
+				}
 			}
+			g.finish(statusCompleted, evCompleted)
 			return
 		case call.approval:
 			// The MCP call needs approval: the response ends with the
@@ -308,25 +312,28 @@ func (g *generator) approvalRequest(index int, call *toolCallTarget) bool {
 	})
 }
 
-// functionCall emits a function_call item as output item index: added,
-// response.function_call_arguments.delta and .done, done.
-func (g *generator) functionCall(index int, name string) bool {
+// functionCall emits function_call item k of the response as output item
+// index: added, response.function_call_arguments.delta and .done, done.
+func (g *generator) functionCall(index, k int, name string) bool {
 	r := g.r
 	args := r.toolArguments()
-	id := "fc_" + r.hexID
+	id := fmt.Sprintf("fc_%s%02x", r.hexID[:46], k)
+	callID := fmt.Sprintf("call_%s%02x", r.hexID[:22], k)
+	var item *functionCallItem
 	return g.emit(evItemAdded, func(r *response, seq int) any {
-		r.fcall = &functionCallItem{ID: id, Type: "function_call", CallID: "call_" + r.hexID[:24], Name: name, Status: statusInProgress}
-		r.output = append(r.output, r.fcall)
-		c := *r.fcall
+		item = &functionCallItem{ID: id, Type: "function_call", CallID: callID, Name: name, Status: statusInProgress}
+		r.fcalls = append(r.fcalls, item)
+		r.output = append(r.output, item)
+		c := *item
 		return itemEvent{Type: evItemAdded, SequenceNumber: seq, OutputIndex: index, Item: &c}
 	}) && g.emit(evFuncArgsDelta, func(r *response, seq int) any {
-		r.fcall.Arguments = args
+		item.Arguments = args
 		return functionArgsDeltaEvent{Type: evFuncArgsDelta, SequenceNumber: seq, ItemID: id, OutputIndex: index, Delta: args}
 	}) && g.emit(evFuncArgsDone, func(r *response, seq int) any {
 		return functionArgsDoneEvent{Type: evFuncArgsDone, SequenceNumber: seq, ItemID: id, OutputIndex: index, Name: name, Arguments: args}
 	}) && g.emit(evItemDone, func(r *response, seq int) any {
-		r.fcall.Status = statusCompleted
-		c := *r.fcall
+		item.Status = statusCompleted
+		c := *item
 		return itemEvent{Type: evItemDone, SequenceNumber: seq, OutputIndex: index, Item: &c}
 	})
 }

@@ -46,7 +46,7 @@ type response struct {
 	msgIndex    int
 	partAdded   bool
 	tool        *mcpCallItem
-	fcall       *functionCallItem
+	fcalls      []*functionCallItem
 	toolIndex   int
 	toolRunning bool
 	text        []byte
@@ -166,8 +166,10 @@ func (r *response) markOpenItemsLocked(s string) {
 	if r.tool != nil && r.tool.Status == statusInProgress {
 		r.tool.Status = s
 	}
-	if r.fcall != nil && r.fcall.Status == statusInProgress {
-		r.fcall.Status = s
+	for _, f := range r.fcalls {
+		if f.Status == statusInProgress {
+			f.Status = s
+		}
 	}
 }
 

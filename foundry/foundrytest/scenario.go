@@ -40,6 +40,13 @@ const (
 	KeyCreateStatusTimes = "emu_create_status_times"
 	// KeyToolFail, set to 1, makes the tool call fail.
 	KeyToolFail = "emu_tool_fail"
+	// KeyFunctionCalls is how many function_call items a scripted call to a
+	// function tool ends the response with (1 to 8; default 1): the model
+	// calls functions in parallel unless parallel_tool_calls is false
+	// (OpenAI function calling guide, "Parallel function calling").
+	KeyFunctionCalls = "emu_function_calls"
+	// maxFunctionCalls bounds KeyFunctionCalls.
+	maxFunctionCalls = 8
 	// KeyCompleteDespiteCancel, set to 1, lets the response complete after an
 	// accepted cancel.
 	KeyCompleteDespiteCancel = "emu_complete_despite_cancel"
@@ -144,6 +151,7 @@ type scenario struct {
 	createStatus          int // 0, or the HTTP status answered to the create
 	createStatusTimes     int // noLimit, or how many creates of the run id get createStatus
 	toolFail              bool
+	functionCalls         int // function_call items of a scripted call to a function tool
 	completeDespiteCancel bool
 	keepalive             time.Duration // interval of keepalives before response.created
 	get404                time.Duration // GET/resume/cancel answer 404 this long after creation
@@ -173,6 +181,7 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 		tokens:            cfg.DefaultTokens,
 		tokenDelay:        cfg.DefaultTokenDelay,
 		toolDelay:         toolDisabled,
+		functionCalls:     1,
 		failAfter:         noLimit,
 		dropAfter:         noLimit,
 		errorAfter:        noLimit,
@@ -207,6 +216,7 @@ func parseScenario(md map[string]string, cfg Config) (scenario, *apiError) {
 	intKey(KeyCreateStatus, 599, func(n int64) { sc.createStatus = int(n) })
 	intKey(KeyCreateStatusTimes, 1<<31-1, func(n int64) { sc.createStatusTimes = int(n) })
 	intKey(KeyToolFail, 1, func(n int64) { sc.toolFail = n == 1 })
+	intKey(KeyFunctionCalls, maxFunctionCalls, func(n int64) { sc.functionCalls = max(int(n), 1) })
 	intKey(KeyCompleteDespiteCancel, 1, func(n int64) { sc.completeDespiteCancel = n == 1 })
 	intKey(KeyKeepaliveMS, maxMS, func(n int64) { sc.keepalive = ms(n) })
 	intKey(KeyGet404MS, maxMS, func(n int64) { sc.get404 = ms(n) })

@@ -14,14 +14,14 @@ func TestParseScenario(t *testing.T) {
 	}
 	if def != (scenario{tokens: 7, tokenDelay: time.Millisecond, toolDelay: toolDisabled, failAfter: noLimit, dropAfter: noLimit,
 		errorAfter: noLimit, createStatusTimes: noLimit, keepalive: 30 * time.Second, failCode: failedCode,
-		silentAfter: noLimit, silentFor: silentForever}) {
+		silentAfter: noLimit, silentFor: silentForever, functionCalls: 1}) {
 		t.Fatalf("defaults: %+v", def)
 	}
 	full, aerr := parseScenario(map[string]string{
 		KeyTokens: "9", KeyTokenMS: "3", KeyToolMS: "40", KeyCreatedMS: "50", KeyFailAfter: "6",
 		KeyDropAfter: "5", KeyCreateStatus: "429", KeyCreateStatusTimes: "2", KeyToolFail: "1", KeyCompleteDespiteCancel: "1",
 		KeyKeepaliveMS: "7", KeyGet404MS: "30000", KeyErrorAfter: "4", KeyErrorFail: "1", KeyFailCode: "rate_limit_exceeded", KeyHostedAgent: "1",
-		KeyQueuedMS: "3600000", KeySilentAfter: "3", KeySilentMS: "20", KeyCancelFailMS: "60", KeyCancelHangMS: "70",
+		KeyQueuedMS: "3600000", KeySilentAfter: "3", KeySilentMS: "20", KeyCancelFailMS: "60", KeyCancelHangMS: "70", KeyFunctionCalls: "3",
 	}, cfg)
 	if aerr != nil {
 		t.Fatal(aerr)
@@ -30,7 +30,7 @@ func TestParseScenario(t *testing.T) {
 		failAfter: 4, dropAfter: 5, createStatus: 429, createStatusTimes: 2, toolFail: true, completeDespiteCancel: true,
 		keepalive: 7 * time.Millisecond, get404: 30 * time.Second, errorAfter: 4, failCode: "rate_limit_exceeded", hosted: true,
 		queuedDelay: time.Hour, silentAfter: 3, silentFor: 20 * time.Millisecond, cancelFail: 60 * time.Millisecond,
-		cancelHang: 70 * time.Millisecond}
+		cancelHang: 70 * time.Millisecond, functionCalls: 3}
 	if full != want {
 		t.Fatalf("got %+v\nwant %+v", full, want)
 	}
