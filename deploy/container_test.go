@@ -67,7 +67,7 @@ func TestContainers(t *testing.T) {
 	t.Run("with no worker running, a cancel is stored durably", s.testCancelNoWorker)
 	t.Run("client used only allowed subjects", s.testClientClean)
 	t.Run("client may not publish events or administer streams", s.testClientDenied)
-	t.Run("worker may not submit runs", s.testWorkerDenied)
+	t.Run("worker may not store cancels or send clients' requests", s.testWorkerDenied)
 	t.Run("anonymous connections are refused", s.testAnonymous)
 	t.Run("the gateway role reads a queued run's time, not worker subjects", s.testGatewayRole)
 	t.Run("an empty password stops the NATS image", func(t *testing.T) { testEmptyPassword(t, img) })
@@ -858,6 +858,9 @@ func (s *stack) testClientDenied(t *testing.T) {
 	}
 }
 
+// A worker may queue a waiting run's own request again (the next step of a
+// run that asks), but never stores a cancel record nor sends what only
+// clients send: cancel requests and answers.
 func (s *stack) testWorkerDenied(t *testing.T) {
 	nc, errs := s.denied(t, "worker", s.workerPass)
 	js, err := jetstream.New(nc)
@@ -866,17 +869,17 @@ func (s *stack) testWorkerDenied(t *testing.T) {
 	}
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	subject := "foundryq.runs." + events.NewRunID()
-	if _, err := js.Publish(pctx, subject, []byte(`{}`)); err == nil {
-		t.Fatalf("worker submitted a run on %s", subject)
+	subject := "foundryq.cancels." + events.NewRunID()
+	if _, err := js.Publish(pctx, subject, []byte(`{"reason":"forged"}`)); err == nil {
+		t.Fatalf("worker stored a cancel record on %s", subject)
 	}
 	expectViolation(t, errs, subject)
-
-	// (A worker may publish on the cancel subject: notices to a run's owner.)
-	if err := nc.Publish("foundryq.cancels.x", nil); err != nil {
-		t.Fatal(err)
+	for _, subject := range []string{"foundryq.cancel.x", "foundryq.input.x"} {
+		if err := nc.Publish(subject, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		expectViolation(t, errs, subject)
 	}
-	expectViolation(t, errs, "foundryq.cancels.x")
 }
 
 func (s *stack) testAnonymous(t *testing.T) {
