@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/jserr"
 )
 
 // HeaderStep, on a job, names the step it continues (wake): the worker
@@ -102,16 +103,10 @@ func (w *Worker) keepRequest(ctx context.Context, runID string, job jetstream.Ms
 		}
 	}
 	_, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.InputsStream()))
-	if err != nil && !perSubjectFull(err) {
+	if err != nil && !jserr.SubjectFull(err) {
 		return err
 	}
 	return nil
-}
-
-// perSubjectFull reports a publish refused because the subject holds its
-// one message already (DiscardNewPerSubject): the first one stays.
-func perSubjectFull(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "maximum messages per subject exceeded")
 }
 
 // answered reports whether every item of a waiting run's pause has a
@@ -152,7 +147,7 @@ func (w *Worker) wakeIfAnswered(ctx context.Context, runID string) {
 	next := strconv.Itoa(st.Step + 1)
 	m.Header.Set(headerStep, next)
 	m.Header.Set(jetstream.MsgIDHeader, runID+".step."+next)
-	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.RunsStream())); err != nil && !perSubjectFull(err) {
+	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.RunsStream())); err != nil && !jserr.SubjectFull(err) {
 		w.log.Warn().Err(err).Str("run_id", runID).Msg("wake a run whose answers are in; the next answer or a repeat wakes it")
 		return
 	}
@@ -283,7 +278,7 @@ func (w *Worker) answer(ctx context.Context, runID string, a events.InputAnswer,
 	_, err = w.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(w.names.InputsStream()))
 	result := events.InputAccepted
 	switch {
-	case perSubjectFull(err):
+	case jserr.SubjectFull(err):
 		result = events.InputAlreadyAnswered
 	case err != nil:
 		return events.InputReply{}, err

@@ -144,6 +144,9 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (res SubmitResult, 
 		if jserr.SubjectFull(err) { // the run id is still queued
 			return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, ErrAlreadyQueued)
 		}
+		if jserr.StoreFull(err) {
+			return SubmitResult{}, fmt.Errorf("events: submit run %s: %w (%v); try again later", req.RunID, ErrQueueFull, err)
+		}
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: %w", req.RunID, err)
 	}
 	if ack.Duplicate {

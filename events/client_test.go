@@ -281,7 +281,7 @@ func TestClientWritableStreamsBounded(t *testing.T) {
 		}
 	}
 	_, err = c.Submit(ctx, validRequest("lim-over"))
-	if err == nil || errors.Is(err, events.ErrAlreadyQueued) || !strings.Contains(err.Error(), "maximum messages exceeded") {
+	if !errors.Is(err, events.ErrQueueFull) || !strings.Contains(err.Error(), "maximum messages exceeded") {
 		t.Fatalf("submit past the limit: %v; want the stream's refusal", err)
 	}
 	info, err := res.Runs.Info(ctx)

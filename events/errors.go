@@ -65,6 +65,11 @@ var (
 	// ErrAlreadyQueued: a request with this run id is waiting in the runs
 	// stream; the new one was refused (nothing was stored).
 	ErrAlreadyQueued = errors.New("run already queued")
+	// ErrQueueFull: the runs stream holds as many requests as it may
+	// (ProvisionConfig.RunsMaxMsgs / RunsMaxBytes, or the account's
+	// storage); the request was refused, nothing queued was dropped. Try
+	// again once workers have taken some.
+	ErrQueueFull = errors.New("the run queue is full")
 	// ErrRunIDUsed is matched by *RunIDUsedError: the run id belongs to a
 	// run with a different request.
 	ErrRunIDUsed = errors.New("run id already used by a different request")

@@ -1,10 +1,12 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/gateway"
 	"github.com/foundryq/foundryq/internal/testkit"
@@ -66,5 +68,23 @@ func TestAnswerOverHTTP(t *testing.T) {
 	ae := r.apiError(t)
 	if r.status != http.StatusConflict || ae.Code != gateway.CodeRunFinished {
 		t.Fatalf("answer after the end: %d %s", r.status, r.body)
+	}
+}
+
+// A full run queue is a 503 with Retry-After, not an internal error.
+func TestCreateWhenTheQueueIsFull(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := consumer.Provision(ctx, mustJS(t, e.nc), events.Names{}, consumer.ProvisionConfig{RunsMaxMsgs: 2}); err != nil {
+		t.Fatal(err)
+	}
+	g := e.gateway(gateway.Config{})
+	g.create(t, runRequest(nil))
+	g.create(t, runRequest(nil))
+	r := g.do(t, "POST", "/v1/runs", runRequest(nil), "Content-Type", "application/json")
+	if ae := r.apiError(t); r.status != http.StatusServiceUnavailable || ae.Code != gateway.CodeUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("create past a full queue: %d %s", r.status, r.body)
 	}
 }

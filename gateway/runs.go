@@ -77,6 +77,12 @@ func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, events.ErrInvalidRequest):
 		writeError(w, validationError(err))
 		return
+	case errors.Is(err, events.ErrQueueFull):
+		w.Header().Set("Retry-After", "5")
+		e := apiErr(http.StatusServiceUnavailable, CodeUnavailable, "the run queue is full; try again later")
+		e.RunID = req.RunID
+		writeError(w, e)
+		return
 	default:
 		writeError(w, natsError(err, "submit run "+req.RunID))
 		return
