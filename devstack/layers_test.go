@@ -41,7 +41,8 @@ var layers = []layer{
 	{"internal/...", []string{"internal/..."}},
 	{"deploy", []string{"internal/..."}},            // the deployment's tests; its package holds only a doc comment
 	{"deploy/nats/guard", []string{"internal/..."}}, // the NATS image's entrypoint
-	{"docs", nil}, // the documentation's link test; its package holds only a doc comment
+	{"deploy/nats/routecerts", []string{}},          // makes the cluster's route certificates (standard library only)
+	{"docs", nil},                                   // the documentation's link test; its package holds only a doc comment
 }
 
 // layer is one rule: the packages that match from (module-relative; "x/..."
