@@ -22,6 +22,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	profile := f.String("profile", "", "", "save CPU profiles of the worker and NATS (throughput phase) and of the worker (relay phase), and the worker's heap and goroutines (largest memory load) in this directory")
 	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the worker's --event-interval in the relay, cancel, waste and memory phases")
 	memRuns := f.String("memory-runs", "", "", "concurrent runs of the memory phase, comma-separated (default 1000,5000; quick 200,500)")
+	waitRuns := f.Int("waiting-runs", "", 0, "runs that ask, waiting at once in the waiting phase (default 5000; quick 300)")
+	phases := f.String("phases", "", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", ")+" (raw_publish, latency and cancel need throughput; default all)")
 	h2c := f.Bool("h2c", "", false, "the worker and the bare reader speak HTTP/2 without TLS to the emulator, as over HTTPS when the service offers HTTP/2 (default: HTTP/1.1)")
 	lf := addLogFlags(f, "console")
 	*lf.level = "error"
@@ -36,6 +38,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return usageError{fmt.Errorf("bench: --memory-runs: %q is not a positive count", s)}
 			}
 			cfg.MemoryRuns = append(cfg.MemoryRuns, n)
+		}
+	}
+	if *waitRuns < 0 {
+		return usageError{fmt.Errorf("bench: --waiting-runs: %d is not a positive count", *waitRuns)}
+	}
+	cfg.WaitingRuns = *waitRuns
+	if *phases != "" {
+		for _, s := range strings.Split(*phases, ",") {
+			cfg.Phases = append(cfg.Phases, strings.TrimSpace(s))
 		}
 	}
 	if *profile != "" {
@@ -110,8 +121,16 @@ func printReport(w io.Writer, r bench.Report) {
 		fmt.Fprintf(tw, "waste (%d runs, cancelled mid %gms tool): tokens, tool calls after the ask\t%d, %d\tnaive disconnect %d, %d\t%s\n",
 			wa.Runs, wa.ToolDelayMS, wa.Foundryq.Tokens, wa.Foundryq.ToolCalls, wa.Naive.Tokens, wa.Naive.ToolCalls, verdict(wa.Met))
 	}
+	if wt := r.Waiting; wt.Runs > 0 && wt.Waiting.RSSBytes > 0 {
+		fmt.Fprintf(tw, "waiting (%d runs that ask, after a GC): RSS / heap in use added, goroutines added\t%.2f / %.2f MiB, %d\t\t\n",
+			wt.Runs, mib(wt.RSSGrowthBytes), mib(wt.HeapGrowthBytes), wt.GoroutineGrowth)
+		fmt.Fprintf(tw, "waiting: RSS / heap per waiting run, goroutines per run\t%.3f / %.3f KiB, %.3f\t\t≤ %.3f KiB: %s\n",
+			wt.RSSPerRun, wt.HeapPerRun, wt.GoroutinesPerRun, wt.Target, verdict(wt.Met))
+	}
 	_ = tw.Flush()
 }
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // runBenchReader is the bare reader of foundryq bench, in a process of its
 // own: it streams responses straight from the emulator, decodes and

@@ -14,7 +14,7 @@ import (
 const benchChildEnv = "FOUNDRYQ_TEST_AS_COMMAND"
 
 // TestBenchQuickJSON runs `foundryq bench --quick --json` (its processes
-// are this test binary acting as foundryq) and checks the JSON: the six
+// are this test binary acting as foundryq) and checks the JSON: the seven
 // sections, each with sane figures. It takes about a minute, longer under
 // -race: it runs when FOUNDRYQ_BENCH_SMOKE=1 (a step of its own in CI).
 func TestBenchQuickJSON(t *testing.T) {
@@ -40,7 +40,7 @@ func TestBenchQuickJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"cancel", "latency", "memory", "raw_publish", "relay", "waste"}; !slices.Equal(keys, want) {
+	if want := []string{"cancel", "latency", "memory", "raw_publish", "relay", "waiting", "waste"}; !slices.Equal(keys, want) {
 		t.Fatalf("top-level keys %v, want %v", keys, want)
 	}
 	var rep struct {
@@ -98,6 +98,16 @@ func TestBenchQuickJSON(t *testing.T) {
 				ToolCalls int `json:"tool_calls"`
 			} `json:"foundryq"`
 		} `json:"waste"`
+		Waiting struct {
+			Runs    int `json:"runs"`
+			Waiting struct {
+				RSS  int64 `json:"rss_bytes"`
+				Heap int64 `json:"heap_inuse_bytes"`
+			} `json:"waiting"`
+			Heap       float64 `json:"heap_kib_per_run"`
+			Goroutines float64 `json:"goroutines_per_run"`
+			Target     float64 `json:"target_max_kib_per_run"`
+		} `json:"waiting"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatal(err)
@@ -143,6 +153,14 @@ func TestBenchQuickJSON(t *testing.T) {
 	// tool and every token after it; a dropped connection does not.
 	if rep.Waste.Runs == 0 || rep.Waste.Foundryq.Tokens != 0 || rep.Waste.Foundryq.ToolCalls != 0 || rep.Waste.Naive.ToolCalls == 0 {
 		t.Errorf("waste %+v", rep.Waste)
+	}
+	// Runs that ask hold no goroutine or connection while they wait: far
+	// from the 4 goroutines and ~47 KiB of heap of a streaming run. (The
+	// quick run's few hundred runs are too few for the 1 KiB target
+	// itself: its verdict is not checked here.)
+	if w := rep.Waiting; w.Runs != 300 || w.Waiting.RSS <= 0 || w.Waiting.Heap <= 0 || w.Target <= 0 ||
+		w.Goroutines > 0.5 || w.Heap > 32 {
+		t.Errorf("waiting %+v", w)
 	}
 	if st, err := os.Stat(plot); err != nil || st.Size() < 1000 {
 		t.Errorf("plot: %v", err)

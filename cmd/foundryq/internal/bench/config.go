@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -75,6 +77,13 @@ type Config struct {
 	// 1,000 and 5,000 (quick: 200 and 500), 2s.
 	MemoryRuns       []int
 	MemoryTokenDelay time.Duration
+	// WaitingRuns is how many runs that ask wait for their answers at once
+	// in the waiting phase. Default 5,000 (quick: 300).
+	WaitingRuns int
+	// Phases, when set, runs only these phases, in their usual order (see
+	// Phases). Default: all. raw_publish, latency and cancel need
+	// throughput (the maximum they are measured against).
+	Phases []string
 	// MaxRuns caps the runs of a latency or cancel load. Default 3,000.
 	MaxRuns int
 }
@@ -131,6 +140,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	pickD(&c.MemoryTokenDelay, 2*time.Second, 2*time.Second)
+	pick(&c.WaitingRuns, 5000, 300)
 	pick(&c.MaxRuns, 3000, 600)
 	return c
 }
@@ -140,7 +150,7 @@ func (c Config) validate() error {
 	if c.Binary == "" {
 		return errors.New("loadtest: no foundryq binary (Config.Binary)")
 	}
-	for _, n := range []int{c.TokenRate, c.ThroughputRuns, c.ThroughputTokens, c.RawMessages, c.RelayRuns, c.RelayTokens, c.WasteRuns, c.MaxRuns} {
+	for _, n := range []int{c.TokenRate, c.ThroughputRuns, c.ThroughputTokens, c.RawMessages, c.RelayRuns, c.RelayTokens, c.WasteRuns, c.WaitingRuns, c.MaxRuns} {
 		if n < 1 {
 			return fmt.Errorf("loadtest: counts must be at least 1, got %d", n)
 		}
@@ -155,15 +165,35 @@ func (c Config) validate() error {
 			return fmt.Errorf("loadtest: load fractions must be in (0, 2], got %g", f)
 		}
 	}
+	for _, p := range c.Phases {
+		if !slices.Contains(Phases, p) {
+			return fmt.Errorf("loadtest: unknown phase %q (phases: %s)", p, strings.Join(Phases, ", "))
+		}
+	}
+	if len(c.Phases) > 0 && !c.runs("throughput") {
+		for _, p := range []string{"raw_publish", "latency", "cancel"} {
+			if c.runs(p) {
+				return fmt.Errorf("loadtest: phase %s needs phase throughput (the maximum it is measured against)", p)
+			}
+		}
+	}
 	if c.RelayTokenDelay < time.Millisecond || c.MemoryTokenDelay < time.Millisecond || c.ToolDelay < 100*time.Millisecond {
 		return errors.New("loadtest: RelayTokenDelay and MemoryTokenDelay must be at least 1ms, ToolDelay at least 100ms")
 	}
 	return nil
 }
 
+// Phases are the phases of a benchmark, in the order they run, named as
+// the keys of the report's JSON (throughput's figures are in raw_publish
+// and latency).
+var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "waste", "memory", "waiting"}
+
+// runs reports whether phase p runs.
+func (c Config) runs(p string) bool { return len(c.Phases) == 0 || slices.Contains(c.Phases, p) }
+
 // workerConcurrency is the worker's --concurrency: room for the largest load.
 func (c Config) workerConcurrency() int {
-	n := max(c.ThroughputRuns, c.RelayRuns, c.MaxRuns, 2*c.WasteRuns)
+	n := max(c.ThroughputRuns, c.RelayRuns, c.MaxRuns, 2*c.WasteRuns, c.WaitingRuns)
 	for _, m := range c.MemoryRuns {
 		n = max(n, m)
 	}

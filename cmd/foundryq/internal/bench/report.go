@@ -14,6 +14,10 @@ const (
 	// TargetCancelP99: cancel p99 (request to reply and to run.cancelled
 	// stored), ms, at half the maximum load.
 	TargetCancelP99 = 50.0
+	// TargetWaitingPerRun: worker RSS and heap in use after a GC, KiB, per
+	// run waiting for its caller's answers: 5,000 waiting runs add at most
+	// 5 MiB (5 MiB / 5,000 = 1.024 KiB).
+	TargetWaitingPerRun = 5 * 1024.0 / 5000
 )
 
 // Report is what a benchmark measured. Its JSON form is what
@@ -25,6 +29,7 @@ type Report struct {
 	Memory     MemoryReport  `json:"memory"`
 	Cancel     CancelReport  `json:"cancel"`
 	Waste      WasteReport   `json:"waste"`
+	Waiting    WaitingReport `json:"waiting"`
 }
 
 // RelayReport: what relaying a token costs the worker, against the bare
@@ -151,4 +156,32 @@ type WasteReport struct {
 type WasteFigures struct {
 	Tokens    int `json:"tokens"`
 	ToolCalls int `json:"tool_calls"`
+}
+
+// WaitingReport: what runs that ask cost the worker while they wait for
+// their caller's answers (a waiting run should hold no goroutine,
+// connection or timer). Growth is Waiting - Before, each measured after a
+// forced GC; AfterCancel is measured once the runs are cancelled.
+type WaitingReport struct {
+	Runs             int         `json:"runs"`
+	Before           WorkerUsage `json:"before"`
+	Waiting          WorkerUsage `json:"waiting"`
+	AfterCancel      WorkerUsage `json:"after_cancel"`
+	RSSGrowthBytes   int64       `json:"rss_growth_bytes"`
+	HeapGrowthBytes  int64       `json:"heap_growth_bytes"`
+	GoroutineGrowth  int64       `json:"goroutine_growth"`
+	RSSPerRun        float64     `json:"rss_kib_per_run"`
+	HeapPerRun       float64     `json:"heap_kib_per_run"`
+	GoroutinesPerRun float64     `json:"goroutines_per_run"`
+	// Target applies to RSSPerRun and HeapPerRun.
+	Target float64 `json:"target_max_kib_per_run"`
+	Met    bool    `json:"met"`
+}
+
+// WorkerUsage is the worker's memory and goroutines after a forced GC.
+type WorkerUsage struct {
+	RSSBytes        int64 `json:"rss_bytes"`
+	HeapInuseBytes  int64 `json:"heap_inuse_bytes"`
+	StackInuseBytes int64 `json:"stack_inuse_bytes"`
+	Goroutines      int64 `json:"goroutines"`
 }

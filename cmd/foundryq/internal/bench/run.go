@@ -36,19 +36,32 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			err = fmt.Errorf("bench: stop: %w", cerr)
 		}
 	}()
+	// Each phase that needs a fresh worker starts one (throughput, relay,
+	// memory, waiting); waiting comes last, on a worker of its own, so
+	// that the runs it leaves waiting (until it cancels them) disturb no
+	// other figure.
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
 	}{
 		{"throughput", b.throughput},
-		{"raw publish", b.rawPublish},
+		{"raw_publish", b.rawPublish},
 		{"latency", b.latency},
-		{"relay cost", b.relay},
+		{"relay", b.relay},
 		{"cancel", b.cancel},
 		{"waste", b.waste},
 		{"memory", b.memory},
+		{"waiting", b.waiting},
 	}
 	for _, st := range steps {
+		if !cfg.runs(st.name) {
+			continue
+		}
+		if st.name == "waste" && b.sys.worker == nil {
+			if err := b.sys.startWorker(ctx, cfg.EventInterval); err != nil {
+				return rep, fmt.Errorf("bench: %s: %w", st.name, err)
+			}
+		}
 		if err := st.fn(ctx); err != nil {
 			return rep, fmt.Errorf("bench: %s: %w", st.name, err)
 		}

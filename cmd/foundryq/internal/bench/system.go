@@ -142,9 +142,9 @@ func (s *system) startWorker(ctx context.Context, interval time.Duration) error 
 	args := []string{"worker", "--nats-url", s.natsURL, "--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey,
 		"--http-addr", addr, "--concurrency", strconv.Itoa(s.cfg.workerConcurrency()), "--event-interval", ivl,
 		"--worker-id", "bench", "--log-level", "error"}
-	if s.cfg.ProfileDir != "" {
-		args = append(args, "--pprof")
-	}
+	// Go's profiles on the bench's loopback address: --profile saves them,
+	// and the waiting phase forces a GC through /debug/pprof/heap?gc=1.
+	args = append(args, "--pprof")
 	if s.cfg.H2C {
 		args = append(args, "--foundry-h2c")
 	}
