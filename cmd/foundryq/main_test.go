@@ -146,6 +146,17 @@ func TestDevModeWithTheCLI(t *testing.T) {
 		t.Fatalf("dev does not print the console URL %s:\n%s", consoleURL, devOut.String())
 	}
 	checkGatewayServes(t, consoleURL, "")
+	// The banner's first hint, as printed, reaches this dev.
+	var hint []string
+	for _, line := range strings.Split(devOut.String(), "\n") {
+		if w := shellWords(line); len(w) > 3 && w[0] == "go" && w[3] == "submit" {
+			hint = w[3:]
+			break
+		}
+	}
+	if code, _, stderr := runCmd(t, cctx, hint...); code != 0 || !strings.Contains(stderr, "run completed") {
+		t.Fatalf("dev's hint %q: code %d, stderr %q\n%s", hint, code, stderr, devOut.String())
+	}
 	// dev's /readyz: both workers ready.
 	waitHTTP(t, "http://127.0.0.1:"+strconv.Itoa(opsPort)+"/readyz", http.StatusOK, "ok")
 
