@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -164,6 +165,11 @@ func TestDevModeWithTheCLI(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(stdout, "cli-1\n") || len(strings.TrimSpace(stdout)) < len("cli-1")+10 || !strings.Contains(stderr, "run completed") {
 		t.Fatalf("submit --watch: code %d\nstdout %q\nstderr %q", code, stdout, stderr)
 	}
+	// The README's SSE sample opens as the gateway's stream does.
+	sse := httpGet(t, cctx, consoleURL+"v1/runs/cli-1/events")
+	if first, _, _ := strings.Cut(sse, "\n"); first != readmeSSEOpening(t, "cli-1") {
+		t.Fatalf("the event stream opens with %q; the README shows %q", first, readmeSSEOpening(t, "cli-1"))
+	}
 	code, stdout, _ = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "slow", "--run-id", "cli-2",
 		"--metadata", "emu_tokens=100000", "--metadata", "emu_token_ms=20")
 	if code != 0 || stdout != "cli-2\n" {
@@ -260,4 +266,24 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout)
 		}
 	}
+}
+
+// httpGet returns the body of a GET of url (an event stream of an ended
+// run ends by itself).
+func httpGet(t *testing.T, ctx context.Context, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }
