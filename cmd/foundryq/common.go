@@ -203,7 +203,7 @@ func addLogFlags(f *flags, defFormat string) logFlags {
 func addLogFlagsLevel(f *flags, defFormat, defLevel string) logFlags {
 	return logFlags{
 		level:  f.String("log-level", "LOG_LEVEL", defLevel, "log level: debug, info, warn, error", oneOf("debug", "info", "warn", "error")),
-		format: f.String("log-format", "LOG_FORMAT", defFormat, "log format: json or console", oneOf("json", "console")),
+		format: f.String("log-format", "LOG_FORMAT", defFormat, "log format: json, or console (human-readable, durations with units; coloured on a terminal only, never with NO_COLOR set)", oneOf("json", "console")),
 	}
 }
 
@@ -215,7 +215,7 @@ func (l logFlags) logger(w io.Writer) (zerolog.Logger, error) {
 	switch *l.format {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		w = consoleWriter(w)
 	default:
 		return zerolog.Nop(), usageError{fmt.Errorf("log format %q: want json or console", *l.format)}
 	}

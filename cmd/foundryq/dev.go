@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,11 +80,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		scfg.Foundry = wf.foundryConfig("", key)
 	}
+	// Every address dev listens on is checked before anything starts: a
+	// port in use is one line naming the setting to change, at once.
+	withGateway := *gatewayAddr != "" && (*natsConfig == "" || *gatewayPassword != "")
+	if err := checkDevPorts(*natsPort, *wf.endpoint == "", *emuAddr, *httpAddr, withGateway, *gatewayAddr); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
 	// Provisioned before anything says "running": clients can submit and
 	// watch at once, even with --workers 0.
 	stack, err := devstack.Start(ctx, scfg)
 	if err != nil {
-		return fmt.Errorf("dev: %w", err)
+		return fmt.Errorf("dev: %w", asListenError(err, *emuAddr, emulatorAddrSetting))
 	}
 	defer func() { _ = stack.Close() }()
 
@@ -124,15 +132,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *httpAddr != "" {
 		fmt.Fprintf(stdout, "  Metrics:  http://%s/metrics\n", *httpAddr)
 	}
-	fmt.Fprint(stdout, `
-Try, in another terminal:
-  go run ./cmd/foundryq submit --model gpt-4o --input "Tell me a story" --watch
-  go run ./cmd/foundryq submit --model gpt-4o --input "slow one" --metadata emu_tokens=400 --metadata emu_token_ms=50 --run-id slow1
-  go run ./cmd/foundryq watch slow1
-  go run ./cmd/foundryq cancel slow1
-  go run ./cmd/foundryq runs
-Stop with Ctrl-C.
-`)
+	fmt.Fprint(stdout, devHints(devClientURL(ns.ClientURL(), *natsConfig != "")))
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
 		err = nil
@@ -154,4 +154,72 @@ func stackReady(stack *devstack.Stack) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// checkDevPorts checks, before dev starts anything, that the addresses it
+// will listen on are free: NATS's port (on 127.0.0.1; 0 picks one), the
+// emulator's when it runs, the metrics' and the gateway's when on.
+func checkDevPorts(natsPort int, withEmulator bool, emuAddr, httpAddr string, withGateway bool, gatewayAddr string) error {
+	if natsPort != 0 {
+		if err := checkFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(natsPort)), devNATSPortSetting); err != nil {
+			return err
+		}
+	}
+	checks := []struct {
+		on   bool
+		addr string
+		s    setting
+	}{
+		{withEmulator, emuAddr, emulatorAddrSetting},
+		{httpAddr != "", httpAddr, opsAddrSetting},
+		{withGateway, gatewayAddr, devGatewaySetting},
+	}
+	for _, c := range checks {
+		if !c.on {
+			continue
+		}
+		if err := checkFree(c.addr, c.s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// devClientURL is the --nats-url a client of dev gives: none (empty) for
+// the default URL, else dev's URL; with --nats-config, with the deploy
+// configs' client user in it.
+func devClientURL(url string, withUsers bool) string {
+	switch {
+	case withUsers:
+		return "nats://client:PASSWORD@" + strings.TrimPrefix(url, "nats://")
+	case url == nats.DefaultURL:
+		return ""
+	}
+	return url
+}
+
+// devHints are the commands dev suggests, with the --nats-url that reaches
+// this dev (none on the default port).
+func devHints(natsURL string) string {
+	var b strings.Builder
+	b.WriteString("\nTry, in another terminal:\n")
+	for _, args := range []string{
+		`submit --model gpt-4o --input "Tell me a story" --watch`,
+		`submit --model gpt-4o --input "slow one" --metadata emu_tokens=400 --metadata emu_token_ms=50 --run-id slow1`,
+		`watch slow1`,
+		`cancel slow1`,
+		`runs`,
+	} {
+		name, rest, _ := strings.Cut(args, " ")
+		b.WriteString("  go run ./cmd/foundryq " + name)
+		if natsURL != "" {
+			b.WriteString(" --nats-url " + natsURL)
+		}
+		if rest != "" {
+			b.WriteString(" " + rest)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("Stop with Ctrl-C.\n")
+	return b.String()
 }

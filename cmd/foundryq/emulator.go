@@ -67,7 +67,7 @@ func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	emu, err := foundrytest.Listen(*addr, cfg)
 	if err != nil {
-		return fmt.Errorf("emulator: %w", err)
+		return fmt.Errorf("emulator: %w", asListenError(err, *addr, emulatorSetting))
 	}
 	fmt.Fprintf(stdout, "Foundry emulator serving %s (stats at %s, throttle at %s)\n", emu.BaseURL(),
 		emu.URL()+"/_emulator/stats", emu.URL()+"/_emulator/throttle")

@@ -169,6 +169,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *printConfig {
 		return f.printConfig(stdout)
 	}
+	if err := checkFree(*gf.addr, gatewayAddrSetting); err != nil {
+		return err // before connecting: a port in use is one line
+	}
 	for i, t := range cfg.Tenants {
 		if t.Name == "default" && t.Conn == nil {
 			nc, err := nf.connect("foundryq-gateway", true)
@@ -183,7 +186,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usageError{err}
 	}
-	return g.Run(ctx)
+	return asListenError(g.Run(ctx), *gf.addr, gatewayAddrSetting)
 }
 
 // startDevGateway runs the gateway of `foundryq dev` in g until ctx ends:
@@ -221,7 +224,7 @@ func startDevGateway(ctx context.Context, g *errgroup.Group, addr string, stack 
 		if err == nil {
 			err = ctx.Err()
 		}
-		return "", fmt.Errorf("dev: gateway: %w", err)
+		return "", fmt.Errorf("dev: gateway: %w", asListenError(err, addr, devGatewaySetting))
 	}
 	url := "http://" + gw.Addr()
 	return fmt.Sprintf("  Console:  %s/ (HTTP API under %s/v1/; OPEN: no authentication, development only)\n"+

@@ -88,7 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// Logs and errors go to stderr: scrub every credential given to this
 	// command from it, whatever library quotes it.
-	stderr = secrets.NewWriter(stderr, knownSecrets(args[1:], os.LookupEnv)...)
+	stderr = markTerminal(stderr, secrets.NewWriter(stderr, knownSecrets(args[1:], os.LookupEnv)...))
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "foundryq: unknown command %q\n\n", args[0])

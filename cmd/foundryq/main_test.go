@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -146,12 +147,28 @@ func TestDevModeWithTheCLI(t *testing.T) {
 		t.Fatalf("dev does not print the console URL %s:\n%s", consoleURL, devOut.String())
 	}
 	checkGatewayServes(t, consoleURL, "")
+	// The banner's first hint, as printed, reaches this dev.
+	var hint []string
+	for _, line := range strings.Split(devOut.String(), "\n") {
+		if w := shellWords(line); len(w) > 3 && w[0] == "go" && w[3] == "submit" {
+			hint = w[3:]
+			break
+		}
+	}
+	if code, _, stderr := runCmd(t, cctx, hint...); code != 0 || !strings.Contains(stderr, "run completed") {
+		t.Fatalf("dev's hint %q: code %d, stderr %q\n%s", hint, code, stderr, devOut.String())
+	}
 	// dev's /readyz: both workers ready.
 	waitHTTP(t, "http://127.0.0.1:"+strconv.Itoa(opsPort)+"/readyz", http.StatusOK, "ok")
 
 	code, stdout, stderr := runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "hello", "--run-id", "cli-1", "--watch")
 	if code != 0 || !strings.HasPrefix(stdout, "cli-1\n") || len(strings.TrimSpace(stdout)) < len("cli-1")+10 || !strings.Contains(stderr, "run completed") {
 		t.Fatalf("submit --watch: code %d\nstdout %q\nstderr %q", code, stdout, stderr)
+	}
+	// The README's SSE sample opens as the gateway's stream does.
+	sse := httpGet(t, cctx, consoleURL+"v1/runs/cli-1/events")
+	if first, _, _ := strings.Cut(sse, "\n"); first != readmeSSEOpening(t, "cli-1") {
+		t.Fatalf("the event stream opens with %q; the README shows %q", first, readmeSSEOpening(t, "cli-1"))
 	}
 	code, stdout, _ = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "slow", "--run-id", "cli-2",
 		"--metadata", "emu_tokens=100000", "--metadata", "emu_token_ms=20")
@@ -249,4 +266,24 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout)
 		}
 	}
+}
+
+// httpGet returns the body of a GET of url (an event stream of an ended
+// run ends by itself).
+func httpGet(t *testing.T, ctx context.Context, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }

@@ -202,6 +202,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return printTracing(stdout, os.Environ())
 	}
+	if *httpAddr != "" {
+		if err := checkFree(*httpAddr, opsAddrSetting); err != nil {
+			return err // before connecting: a port in use is one line
+		}
+	}
 	nc, err := nf.connect("foundryq-worker", true)
 	if err != nil {
 		return err
@@ -259,7 +264,7 @@ func serveOps(ctx context.Context, g *errgroup.Group, addr string, reg *promethe
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("listen on %s for metrics: %w", addr, err)
+		return "", listenError{addr: addr, setting: opsAddrSetting, err: err}
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	g.Go(func() error {
