@@ -113,7 +113,7 @@ func (r *run) endUpstreamError(out outcome) {
 	case out.streamLost:
 		r.logger().Error().Err(out.err).Msg("foreground response lost; the run fails")
 		r.endFailed(events.CodeStreamLost, out.err.Error(), true, false)
-	case retryable(out.err):
+	case retryable(out.err) && !(out.noResponse && neverSent(out.err)):
 		r.endAttempt(out.err, out.op, true)
 	default:
 		code, message := upstreamFailure(out.err)
@@ -129,7 +129,10 @@ func (r *run) endUpstreamError(out outcome) {
 // upstreamFailure is the code and message of a run whose upstream call
 // failed for good: a prompt Azure's content filter refused is
 // content_filter, with the categories that filtered it; an authentication
-// failure auth_error; anything else upstream_error.
+// failure auth_error; a deployment Azure does not know
+// deployment_not_found; a host name that does not resolve
+// upstream_unreachable; a certificate that cannot be verified
+// upstream_tls_error; anything else upstream_error.
 func upstreamFailure(err error) (code, message string) {
 	var apiErr *foundry.APIError
 	if errors.As(err, &apiErr) {
@@ -144,8 +147,15 @@ func upstreamFailure(err error) (code, message string) {
 			return events.CodeContentFilter, apiErr.Message
 		}
 	}
-	if errors.Is(err, foundry.ErrAuth) {
+	switch {
+	case errors.Is(err, foundry.ErrAuth):
 		return events.CodeAuthError, err.Error()
+	case errors.Is(err, foundry.ErrDeploymentNotFound):
+		return events.CodeDeploymentNotFound, err.Error()
+	case errors.Is(err, foundry.ErrHostNotFound):
+		return events.CodeUpstreamUnreachable, "the Foundry endpoint's host name does not resolve; nothing was sent (check --foundry-endpoint): " + err.Error()
+	case errors.Is(err, foundry.ErrTLSVerification):
+		return events.CodeUpstreamTLS, "the Foundry endpoint's TLS certificate could not be verified; nothing was sent: " + err.Error()
 	}
 	return events.CodeUpstreamError, err.Error()
 }

@@ -204,7 +204,9 @@ func (r *run) clearCreate() {
 // response: the service answered with an HTTP error (a streamed create is
 // answered 200 as soon as the response exists; failures after that arrive
 // as stream events), the request was refused before it was sent (invalid,
-// or no Entra ID token for it), or the connection was never made.
+// or no Entra ID token for it), or the connection was never made (the host
+// name does not resolve, the server's certificate was refused, the dial
+// failed).
 func createAnswered(err error) bool {
 	var apiErr *foundry.APIError
 	if errors.As(err, &apiErr) && apiErr.StatusCode >= 400 {
@@ -212,6 +214,9 @@ func createAnswered(err error) bool {
 	}
 	if errors.Is(err, foundry.ErrInvalidRequest) || errors.Is(err, foundry.ErrAuth) {
 		return true // refused before sending, or no token to send it with
+	}
+	if neverSent(err) {
+		return true
 	}
 	var opErr *net.OpError
 	return errors.As(err, &opErr) && opErr.Op == "dial"
@@ -541,6 +546,16 @@ func retryable(err error) bool {
 	return !errors.Is(err, foundry.ErrResumeExpired) && !errors.Is(err, foundry.ErrNotBackground) && !errors.Is(err, foundry.ErrNotFound) &&
 		!errors.Is(err, foundry.ErrInvalidRequest) && !errors.Is(err, foundry.ErrNotStreaming) && !errors.Is(err, foundry.ErrAuth) &&
 		!errors.Is(err, foundry.ErrStreamingNotEnabled)
+}
+
+// neverSent reports whether a call failed before its request left the
+// machine for a reason a retry does not fix: the endpoint's host name does
+// not resolve, or its TLS certificate cannot be verified. A create that
+// failed so ends the run at once (upstream_unreachable,
+// upstream_tls_error); a resume or get of a response already started keeps
+// its retries.
+func neverSent(err error) bool {
+	return errors.Is(err, foundry.ErrHostNotFound) || errors.Is(err, foundry.ErrTLSVerification)
 }
 
 func isNotFound(err error) bool { return errors.Is(err, foundry.ErrNotFound) }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 )
 
@@ -38,6 +39,45 @@ func TestCreateErrorClassification(t *testing.T) {
 		}
 		if got := retryable(tt.err); got != tt.retryable {
 			t.Errorf("%s: retryable = %v, want %v", tt.name, got, tt.retryable)
+		}
+	}
+}
+
+// A create that never left the machine for a reason a retry does not fix
+// started nothing and ends the run at once; a mere network error or a
+// connection refused does not.
+func TestNeverSent(t *testing.T) {
+	dns := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}}
+	tests := []struct {
+		name  string
+		err   error
+		never bool
+	}{
+		{"host not found", fmt.Errorf("foundry: create: %w: %w", foundry.ErrHostNotFound, dns), true},
+		{"certificate refused", fmt.Errorf("foundry: create: %w: x509", foundry.ErrTLSVerification), true},
+		{"connection refused", fmt.Errorf("foundry: create: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), false},
+		{"404 deployment", &foundry.APIError{Op: "create", StatusCode: 404, Code: "DeploymentNotFound"}, false},
+	}
+	for _, tt := range tests {
+		if got := neverSent(tt.err); got != tt.never {
+			t.Errorf("%s: neverSent = %v, want %v", tt.name, got, tt.never)
+		}
+		if tt.never && !createAnswered(tt.err) {
+			t.Errorf("%s: createAnswered = false: it would end upstream_lost", tt.name)
+		}
+	}
+	for _, tt := range []struct {
+		err  error
+		code string
+	}{
+		{tests[0].err, events.CodeUpstreamUnreachable},
+		{tests[1].err, events.CodeUpstreamTLS},
+		{tests[3].err, events.CodeDeploymentNotFound},
+		{&foundry.APIError{Op: "create", StatusCode: 403}, events.CodeAuthError},
+		{&foundry.APIError{Op: "create", StatusCode: 404}, events.CodeUpstreamError},
+	} {
+		if code, _ := upstreamFailure(tt.err); code != tt.code {
+			t.Errorf("upstreamFailure(%v) = %s, want %s", tt.err, code, tt.code)
 		}
 	}
 }

@@ -22,6 +22,17 @@ type readiness struct {
 	mu        sync.Mutex // held during a resource check: one at a time
 	checkedAt time.Time  // zero: check again
 	checkErr  error      // the last check's result
+
+	upstream upstreamCheck
+}
+
+// upstreamCheck is the state of CheckUpstream.
+type upstreamCheck struct {
+	mu        sync.Mutex                  // held during a check: one at a time
+	check     func(context.Context) error // nil: no check
+	passed    bool                        // a check passed: not run again
+	checkedAt time.Time
+	err       error // the last failed check's error
 }
 
 // heartbeat records that the pull loop is alive.
@@ -74,7 +85,56 @@ func (w *Worker) Ready(ctx context.Context) error {
 	if err := w.store.refusing(time.Now()); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
+	if err := w.upstreamReady(ctx); err != nil {
+		return err
+	}
 	return w.resourcesReady(ctx)
+}
+
+// CheckUpstream runs check, a cheap authenticated request to Foundry
+// (foundry.Client.Check), now, and returns its error. Until a check
+// passes, Ready reports the failure ("upstream: <why>") and runs check
+// again at most once per Config.ReadyCheckInterval; once one passed, it is
+// not run again: it tests the worker's configuration (endpoint, TLS,
+// credentials), not Foundry's health, which each run's retries handle.
+// Runs are taken meanwhile: they end with the code of the failure
+// (upstream_unreachable, upstream_tls_error, auth_error). Call it before
+// or after Run; without a call Ready checks nothing upstream.
+func (w *Worker) CheckUpstream(ctx context.Context, check func(context.Context) error) error {
+	u := &w.ready.upstream
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.check, u.passed = check, false
+	return u.run(ctx)
+}
+
+// run runs the check, bounded to 10s, and records its result; u.mu is held.
+func (u *upstreamCheck) run(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := u.check(ctx)
+	u.checkedAt, u.err, u.passed = time.Now(), err, err == nil
+	return err
+}
+
+// upstreamReady is Ready's part of CheckUpstream: nil once a check passed
+// (or none was asked for), else the last failure, after running the check
+// again if the last one is older than ReadyCheckInterval.
+func (w *Worker) upstreamReady(ctx context.Context) error {
+	u := &w.ready.upstream
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.check == nil || u.passed {
+		return nil
+	}
+	err := u.err
+	if time.Since(u.checkedAt) >= w.cfg.ReadyCheckInterval {
+		err = u.run(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: upstream: %w", ErrNotReady, err)
+	}
+	return nil
 }
 
 // resourcesReady returns the result of the last resource check, checking

@@ -106,6 +106,18 @@ const (
 	// (the server failed, e.g. 424 Failed Dependency); the message is
 	// Foundry's, naming the server.
 	CodeMCPListToolsFailed = "mcp_list_tools_failed"
+	// CodeUpstreamUnreachable: the create was never sent because the
+	// Foundry endpoint's host name does not resolve (DNS: no such host);
+	// not retried, nothing started upstream. Fix --foundry-endpoint.
+	CodeUpstreamUnreachable = "upstream_unreachable"
+	// CodeUpstreamTLS: the create was never sent because the Foundry
+	// endpoint's TLS certificate could not be verified (unknown authority,
+	// wrong host name, expired); not retried, nothing started upstream.
+	CodeUpstreamTLS = "upstream_tls_error"
+	// CodeDeploymentNotFound: Foundry refused the create with 404
+	// DeploymentNotFound: the request's model names no deployment of the
+	// resource; not retried.
+	CodeDeploymentNotFound = "deployment_not_found"
 )
 
 // Upstream statuses of run.cancelled (and of the state record) besides
@@ -195,7 +207,7 @@ const (
 
 // Header names on a dead letter (its body is the original run request).
 const (
-	HeaderDeadCode    = "Foundryq-Dead-Code"    // invalid_request, upstream_error, upstream_lost, attempts_exhausted, duplicate_run_id, state_unreadable
+	HeaderDeadCode    = "Foundryq-Dead-Code"    // invalid_request, upstream_error, auth_error, deployment_not_found, upstream_unreachable, upstream_tls_error, upstream_lost, attempts_exhausted, duplicate_run_id, state_unreadable
 	HeaderDeadReason  = "Foundryq-Dead-Reason"  // a human-readable message
 	HeaderDeadSubject = "Foundryq-Dead-Subject" // the subject the request arrived on
 	HeaderDeadWorker  = "Foundryq-Dead-Worker"  // the worker that gave up on it

@@ -95,6 +95,9 @@ func (c *Client) do(ctx context.Context, op, id, method, path string, body any, 
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("foundry: %s: %w", opName(op, id), context.Cause(ctx))
 		}
+		if kind := notSent(err); kind != nil {
+			return nil, fmt.Errorf("foundry: %s: %w: %w", opName(op, id), kind, err)
+		}
 		return nil, fmt.Errorf("foundry: %s: %w", opName(op, id), err)
 	}
 	if res == nil {
@@ -133,6 +136,31 @@ func responsePath(id, suffix string) (string, error) {
 		id = url.PathEscape(id)
 	}
 	return "responses/" + id + suffix, nil
+}
+
+// checkResponseID is the response id Check asks for: one that no response
+// has.
+const checkResponseID = "resp_foundryq_upstream_check"
+
+// Check makes one cheap authenticated request (GET responses/<an id no
+// response has>, not retried) to tell whether the endpoint can be reached
+// and takes the credential. Any answer other than 401, 403 or a 5xx means
+// it can (the 404 for the unknown id is the expected one); otherwise the
+// error says why: ErrAuth (a 401 or 403, or no Entra ID token),
+// ErrHostNotFound, ErrTLSVerification, an *APIError with a 5xx status, or
+// the network error.
+func (c *Client) Check(ctx context.Context) error {
+	path, _ := responsePath(checkResponseID, "")
+	res, err := c.do(ctx, "check", "", http.MethodGet, path, nil, option.WithMaxRetries(0))
+	if err == nil {
+		closeBody(res)
+		return nil
+	}
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && !apiErr.Is(ErrAuth) && apiErr.StatusCode < 500 {
+		return nil
+	}
+	return err
 }
 
 // CloseIdleConnections closes the HTTP connections that no request is using,

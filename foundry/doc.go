@@ -170,4 +170,15 @@
 //     (emu_silent_ms: for that long).
 //   - A response reported cancelled can later turn completed (Microsoft Q&A
 //     2339607). Emulator: emu_complete_despite_cancel=1.
+//   - A create naming a deployment the resource does not have is answered
+//     404 {"error": {"code": "DeploymentNotFound", "message": "The API
+//     deployment for this resource does not exist..."}}
+//     (MicrosoftDocs/azure-docs #114013); it matches ErrDeploymentNotFound.
+//     Emulator: emu_create_status=404.
+//   - Failures after which nothing reached the server and a retry will not
+//     help are told apart from network errors: a host name that does not
+//     resolve (*net.DNSError with IsNotFound) wraps ErrHostNotFound, a
+//     server certificate that cannot be verified ErrTLSVerification.
+//     Client.Check makes one authenticated GET of a response id that does
+//     not exist (404 expected) to test endpoint and credential at start.
 package foundry

@@ -2,9 +2,12 @@ package foundry
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -49,6 +52,24 @@ var (
 	// credential. Repeating the call will not help until the credential or the
 	// role assignment is fixed; it is not a network error.
 	ErrAuth = errors.New("foundry: authentication failed")
+	// ErrDeploymentNotFound matches Azure's 404 DeploymentNotFound ("The API
+	// deployment for this resource does not exist"; MicrosoftDocs/azure-docs
+	// #114013): the model deployment a create names does not exist on the
+	// resource. It matches ErrNotFound too; the 404 of an unknown response
+	// id does not match it.
+	ErrDeploymentNotFound = errors.New("foundry: deployment not found")
+
+	// ErrHostNotFound wraps a call whose endpoint host name does not resolve
+	// (a *net.DNSError with IsNotFound: NXDOMAIN, "no such host"). Nothing
+	// was sent; repeating the call will not help until the endpoint is
+	// fixed. A DNS failure that is not "not found" (a resolver timeout) does
+	// not match it.
+	ErrHostNotFound = errors.New("foundry: endpoint host not found")
+	// ErrTLSVerification wraps a call whose TLS handshake failed because the
+	// server's certificate could not be verified (unknown authority, wrong
+	// host name, expired: tls.CertificateVerificationError and the x509
+	// errors it carries). Nothing was sent.
+	ErrTLSVerification = errors.New("foundry: TLS certificate verification failed")
 
 	// ErrStreamTruncated is reported by Stream.Err when the stream ended (clean EOF,
 	// [DONE] or a network error, which is wrapped too) before a terminal event.
@@ -232,6 +253,8 @@ func (e *APIError) Is(target error) bool {
 		return e.StatusCode == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Message), "streaming is not enabled")
 	case ErrAuth:
 		return e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden
+	case ErrDeploymentNotFound:
+		return e.StatusCode == http.StatusNotFound && strings.EqualFold(e.Code, "DeploymentNotFound")
 	}
 	return false
 }
@@ -253,6 +276,25 @@ func (e *APIError) Retryable() bool {
 		return true
 	}
 	return false
+}
+
+// notSent classifies a transport error after which nothing reached the
+// server and repeating the call will not help: a host name that does not
+// resolve (ErrHostNotFound) or a server certificate that cannot be
+// verified (ErrTLSVerification). It returns nil for any other error.
+func notSent(err error) error {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return ErrHostNotFound
+	}
+	var verr *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &verr) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return ErrTLSVerification
+	}
+	return nil
 }
 
 // maxErrorBody bounds how much of a non-JSON error body ends up in a message.

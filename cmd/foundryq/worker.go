@@ -168,6 +168,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wf := addWorkerFlags(f, true)
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics, /healthz and /readyz (empty: off)", hostPortOrEmpty())
 	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (keep that address private)")
+	checkUpstream := f.Bool("check-upstream", "FOUNDRYQ_CHECK_UPSTREAM", true, "at start, make one authenticated request to --foundry-endpoint; until one passes, /readyz reports why (host not found, certificate, 401/403)")
 	lf := addLogFlags(f, "json")
 	printConfig := f.Bool("print-config", "", false, "print the effective configuration (flag, environment or default; secrets redacted) after checking it, and exit")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
@@ -220,6 +221,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	w, err := consumer.New(nc, up, cfg)
 	if err != nil {
 		return err
+	}
+	if *checkUpstream {
+		if err := w.CheckUpstream(ctx, up.Check); err != nil {
+			log.Error().Err(err).Msg("Foundry endpoint check failed; /readyz reports it until a check passes (--check-upstream=false skips it)")
+		} else {
+			log.Info().Msg("Foundry endpoint reachable; credentials accepted")
+		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if *httpAddr != "" {

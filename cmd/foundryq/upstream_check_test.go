@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
+)
+
+// A worker whose Foundry key is wrong says so at start and on /readyz
+// (503 "not ready: upstream: ... 401 ..."); --check-upstream=false skips
+// the check and the worker is ready.
+func TestWorkerChecksUpstream(t *testing.T) {
+	ns, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
+	defer emu.Close()
+
+	startWorker := func(extra ...string) (string, *testkit.Buffer) {
+		t.Helper()
+		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		var wout, werr testkit.Buffer
+		args := append([]string{"worker", "--nats-url", ns.ClientURL(), "--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "wrong",
+			"--http-addr", addr, "--log-level", "error"}, extra...)
+		go func() { done <- run(ctx, args, &wout, &werr) }()
+		t.Cleanup(func() {
+			stop()
+			select {
+			case code := <-done:
+				if code != 0 {
+					t.Errorf("worker exited %d: %s", code, werr.String())
+				}
+			case <-time.After(60 * time.Second):
+				t.Error("worker did not stop")
+			}
+		})
+		return addr, &werr
+	}
+
+	addr, werr := startWorker()
+	body := waitHTTP(t, "http://"+addr+"/readyz", http.StatusServiceUnavailable, "not ready: upstream: ")
+	if !strings.Contains(body, "401") || strings.Count(strings.TrimSpace(body), "\n") != 0 {
+		t.Errorf("/readyz = %q, want the 401 on one line", body)
+	}
+	testkit.Eventually(t, 30*time.Second, "the failed check logged", func() bool {
+		return strings.Contains(werr.String(), "Foundry endpoint check failed")
+	})
+
+	skip, _ := startWorker("--check-upstream=false")
+	waitHTTP(t, "http://"+skip+"/readyz", http.StatusOK, "ok")
+}
