@@ -383,3 +383,25 @@ func (c *Client) noWorkerReply(ctx context.Context, runID, cancelID string) Canc
 func (c *Client) State(ctx context.Context, runID string) (RunState, uint64, error) {
 	return ReadState(ctx, c.nc, c.names.Bucket(), runID)
 }
+
+// Exists reports whether run runID exists: a worker has recorded it, or
+// its request waits in the queue (the runs stream's info, filtered to the
+// run's subject: the request itself is not read). A run submitted a moment
+// ago may be in neither for as long as the publish takes.
+func (c *Client) Exists(ctx context.Context, runID string) (bool, error) {
+	if _, _, err := c.State(ctx, runID); err == nil {
+		return true, nil
+	} else if !errors.Is(err, ErrStateNotFound) {
+		return false, err
+	}
+	s, err := c.js.Stream(ctx, c.names.RunsStream())
+	if err != nil {
+		return false, fmt.Errorf("events: look for run %s in the queue: %w", runID, err)
+	}
+	subject := c.names.RunSubject(runID)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return false, fmt.Errorf("events: look for run %s in the queue: %w", runID, err)
+	}
+	return info.State.Subjects[subject] > 0, nil
+}

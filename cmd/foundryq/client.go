@@ -152,15 +152,26 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // (run.completed with status incomplete did not finish its work),
 // exitCancelled.
 func watchRun(ctx context.Context, c *events.Client, runID string, opts events.WatchOptions, asJSON bool, stdout, stderr io.Writer) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	seen := make(chan struct{})
+	go stopIfUnknown(ctx, c, runID, seen, stop)
 	w := c.Watch(ctx, runID, opts)
 	defer w.Close()
-	for {
+	for first := true; ; first = false {
 		ev, err := w.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
+		if errors.Is(context.Cause(ctx), errNoSuchRun) {
+			fmt.Fprintf(stderr, "watch %s: no such run (none recorded, none queued)\n", runID)
+			return exitCode(exitNotFound)
+		}
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", runID, err)
+		}
+		if first {
+			close(seen)
 		}
 		if asJSON {
 			b, _ := json.Marshal(ev)
@@ -179,6 +190,33 @@ func watchRun(ctx context.Context, c *events.Client, runID string, opts events.W
 		case events.TypeRunCancelled:
 			return exitCode(exitCancelled)
 		}
+	}
+}
+
+// unknownRunGrace is how long watch waits for a run's first event before it
+// asks whether the run exists at all (a run just submitted may not be
+// visible yet).
+const unknownRunGrace = 3 * time.Second
+
+var errNoSuchRun = errors.New("no such run")
+
+// stopIfUnknown stops a watch (stop with errNoSuchRun) that has seen no
+// event after unknownRunGrace when the run is neither recorded nor queued.
+func stopIfUnknown(ctx context.Context, c *events.Client, runID string, seen <-chan struct{}, stop context.CancelCauseFunc) {
+	select {
+	case <-seen:
+		return
+	case <-ctx.Done():
+		return
+	case <-time.After(unknownRunGrace):
+	}
+	select {
+	case <-seen:
+		return
+	default:
+	}
+	if exists, err := c.Exists(ctx, runID); err == nil && !exists {
+		stop(errNoSuchRun)
 	}
 }
 
