@@ -25,36 +25,7 @@ const routeTLSDir = "/etc/nats/route-tls/"
 // certificates made here instead of routeTLSDir.
 func clusterConf(t *testing.T) string {
 	t.Helper()
-	certs := tlstest.New(t)
-	tlsDir := filepath.Join(t.TempDir(), "route-tls")
-	if err := os.Mkdir(tlsDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for src, dst := range map[string]string{certs.ServerCert: "tls.crt", certs.ServerKey: "tls.key", certs.CA: "ca.crt"} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(tlsDir, dst), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	confDir := t.TempDir()
-	confs, err := filepath.Glob(filepath.Join("nats", "*.conf"))
-	if err != nil || len(confs) == 0 {
-		t.Fatalf("configs in nats/: %v, %v", confs, err)
-	}
-	for _, src := range confs {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := strings.ReplaceAll(string(b), routeTLSDir, tlsDir+string(filepath.Separator))
-		if err := os.WriteFile(filepath.Join(confDir, filepath.Base(src)), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return filepath.Join(confDir, "cluster.conf")
+	return tlstest.New(t).ServerConfigMountedAt(t, "nats", "cluster.conf", routeTLSDir)
 }
 
 // checkRouteTLS: cluster.conf's routes use mutual TLS with the mounted

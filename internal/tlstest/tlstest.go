@@ -132,7 +132,14 @@ func write(t testing.TB, dir, name, typ string, der []byte) string {
 // returns the path of the copied file named name.
 func (c *Certs) ServerConfig(t testing.TB, srcDir, name string) string {
 	t.Helper()
-	const mounted = "/etc/nats/tls/"
+	return c.ServerConfigMountedAt(t, srcDir, name, "/etc/nats/tls/")
+}
+
+// ServerConfigMountedAt is ServerConfig for configs that read their
+// certificates from the directory mounted (ending in "/"), such as the
+// cluster's route certificates.
+func (c *Certs) ServerConfigMountedAt(t testing.TB, srcDir, name, mounted string) string {
+	t.Helper()
 	tlsDir := filepath.Join(t.TempDir(), "tls")
 	if err := os.Mkdir(tlsDir, 0o700); err != nil {
 		t.Fatal(err)
