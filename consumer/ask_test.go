@@ -3,12 +3,20 @@ package consumer_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
@@ -339,5 +347,76 @@ func TestOwnerKilledDuringALaterStepsCreate(t *testing.T) {
 	}
 	if n := len(e.emu.Records("ask-lost")); n != 2 {
 		t.Fatalf("%d upstream responses, want 2 (the lost step is not created again)", n)
+	}
+}
+
+// A cancel that meets a later step's create which Foundry then refuses
+// (a 500: no response for that step) ends the run with what ran upstream:
+// the last step's response and its final status, not an empty
+// upstream_status, which would say the run never reached Foundry.
+func TestCancelDuringALaterStepsRefusedCreate(t *testing.T) {
+	e := setup(t)
+	var hold atomic.Bool
+	held := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseCreates := func() { releaseOnce.Do(func() { close(release) }) }
+	target, err := url.Parse(e.emu.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hold.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/responses") {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			select { // the create is held until the cancel is on record, then refused
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"error":{"message":"The server had an error while processing your request.","type":"server_error","code":"server_error"}}`))
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	t.Cleanup(releaseCreates) // runs first: front.Close waits for held handlers
+	up, err := foundry.New(foundry.Config{BaseURL: front.URL + target.Path, APIKey: "test-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.up = up
+	e.startWorker(consumer.Config{WorkerID: "refused"})
+	e.submit(askingRequest("ask-refused"))
+	asked := e.waitEvent("ask-refused", events.TypeInputRequired, 20*time.Second)
+	hold.Store(true)
+	if r, err := e.client.Approve(testCtx(t), "ask-refused", asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second step's create never came")
+	}
+	if reply := e.cancel("ask-refused"); reply.Result != events.CancelCancelling {
+		t.Fatalf("cancel: %+v", reply)
+	}
+	testkit.Eventually(t, 20*time.Second, "the cancel on record", func() bool {
+		st := e.state("ask-refused")
+		return st.Cancel != nil
+	})
+	releaseCreates()
+	end := checkWellFormed(t, e.collect("ask-refused", 30*time.Second))
+	recs := e.emu.Records("ask-refused")
+	if len(recs) != 1 {
+		t.Fatalf("%d upstream responses, want the first step's only", len(recs))
+	}
+	if end.Type != events.TypeRunCancelled || end.ResponseID != recs[0].ID || end.UpstreamStatus != recs[0].Status {
+		t.Fatalf("ended %s with response %q, upstream_status %q; want run.cancelled naming the first step's response %s (%s)",
+			end.Type, end.ResponseID, end.UpstreamStatus, recs[0].ID, recs[0].Status)
 	}
 }

@@ -326,7 +326,13 @@ func (r *run) endCancelled(reason string, s stopped) {
 	ev := events.RunEvent{Type: events.TypeRunCancelled, Reason: reason, ResponseID: r.currentResponseID(), UpstreamStatus: s.upstreamStatus()}
 	switch s.how {
 	case reachNone:
+		// This step's response was never created: a run past its first
+		// step reports its last response, which has ended (endCancelledBetweenSteps).
 		ev.Usage = &events.Usage{}
+		if steps := r.lastState().Steps; len(steps) > 0 {
+			last := steps[len(steps)-1]
+			ev.ResponseID, ev.UpstreamStatus = last.ResponseID, last.Status
+		}
 	case reachFinal:
 		ev.ResponseID = s.resp.ID
 		ev.Usage = usageOf(s.resp.Usage)

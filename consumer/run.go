@@ -128,12 +128,10 @@ func (r *run) execute() {
 	}
 	if cancel := r.pendingCancel(st); cancel != nil {
 		if st.ResponseID == "" && st.CreateStartedAt == nil {
-			if n := len(st.Steps); n > 0 {
-				// Between two steps: the last response has ended.
-				r.endCancelledBetweenSteps(cancel.Reason, st.Steps[n-1].ResponseID, st.Steps[n-1].Status, &events.Usage{})
-				return
-			}
-			r.logger().Info().Str("reason", cancel.Reason).Msg("cancel recorded before the run started; Foundry is not called")
+			// Before the run's first response, or between two steps (the
+			// last response has ended): nothing runs upstream.
+			r.logger().Info().Str("reason", cancel.Reason).Int("steps", len(st.Steps)).
+				Msg("cancel recorded before the run's next response was created; Foundry is not called")
 			r.endCancelled(cancel.Reason, stopped{how: reachNone})
 			return
 		}
