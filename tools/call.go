@@ -15,10 +15,10 @@ import (
 )
 
 // handle takes one request, on the endpoint subscription's goroutine: it
-// parses it, registers the call, waits for a free slot and starts the
-// handler on a goroutine of its own. Replies are published directly, not
-// with req.Respond or req.Error, which micro does not expect after handle
-// returns.
+// parses it, registers the call (so that a cancel reaches it even while it
+// waits for a slot) and runs it on a goroutine of its own. Replies are
+// published directly, not with req.Respond or req.Error, which micro does
+// not expect after handle returns.
 func (s *Service) handle(req micro.Request) {
 	reply := req.Reply()
 	call, err := s.parse(req)
@@ -29,11 +29,6 @@ func (s *Service) handle(req micro.Request) {
 	ctx, f, ok := s.begin(call, nats.Header(req.Headers()))
 	if !ok {
 		s.replyError(reply, Error{Code: "503", Description: "tool " + s.name + ": the service is stopping"})
-		return
-	}
-	if !s.acquire(ctx) {
-		s.end(f, false)
-		s.replyError(reply, Error{Code: "503", Description: fmt.Sprintf("tool %s: the call did not start: %v", s.name, context.Cause(ctx))})
 		return
 	}
 	go s.run(ctx, f, reply)
@@ -125,9 +120,15 @@ type outcome struct {
 	err    error
 }
 
-// run runs the handler of a call that holds a slot, sends progress
-// messages until it returns, then the reply.
+// run waits for a free slot, runs the call's handler and sends progress
+// messages until it returns, then the reply. A call whose ctx ends before
+// it gets a slot is answered without running.
 func (s *Service) run(ctx context.Context, f *inflight, reply string) {
+	if !s.acquire(ctx) {
+		s.replyError(reply, Error{Code: "503", Description: fmt.Sprintf("tool %s: the call did not start: %v", s.name, context.Cause(ctx))})
+		s.end(f, false)
+		return
+	}
 	defer s.end(f, true)
 	result := make(chan outcome, 1)
 	go func() { result <- s.invoke(ctx, f.call) }()

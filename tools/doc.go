@@ -35,7 +35,8 @@
 //	413  the output is larger than the server's max payload
 //
 // At most 64 calls run at once per Service (WithMaxInFlight); further
-// calls wait, in arrival order, in the subscription's pending queue.
+// calls wait for a free slot, each on a goroutine of its own, and a
+// cancel or their deadline still ends them (answered 503 without running).
 //
 // nats micro ls, info and stats show each tool (service name = the tool's
 // name, metadata foundryq_tool). The calls run on goroutines of their own,

@@ -29,8 +29,8 @@ type Service struct {
 	mu      sync.Mutex
 	stopped bool
 	calls   map[*inflight]struct{} // registered calls, running or waiting for a slot
-	stats   Stats
-	running sync.WaitGroup // registered calls
+	stats   Stats                  // InFlight and the errors; Waiting is computed
+	running sync.WaitGroup         // registered calls
 }
 
 // inflight is a registered call.
@@ -43,6 +43,7 @@ type inflight struct {
 // stats shows it).
 type Stats struct {
 	InFlight  int    `json:"in_flight"`  // handlers running now
+	Waiting   int    `json:"waiting"`    // calls waiting for a free slot
 	Errors    int    `json:"errors"`     // error replies sent (every code)
 	LastError string `json:"last_error"` // the last one's code and description
 }
@@ -94,11 +95,12 @@ func (s *Service) register() error {
 	if err != nil {
 		return fmt.Errorf("tools: %w", err)
 	}
+	// Set before the endpoint exists: its calls read them.
+	s.svc, s.instance = svc, svc.Info().ID
 	err = svc.AddEndpoint(s.name, micro.HandlerFunc(s.handle), micro.WithEndpointSubject(s.names.ToolSubject(s.name)))
 	if err != nil {
 		return errors.Join(fmt.Errorf("tools: %w", err), svc.Stop())
 	}
-	s.svc, s.instance = svc, svc.Info().ID
 	return nil
 }
 
@@ -112,7 +114,9 @@ func (s *Service) Subject() string { return s.names.ToolSubject(s.name) }
 func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.Waiting = len(s.calls) - st.InFlight
+	return st
 }
 
 // Stop stops taking calls (a call already delivered is answered 503),
