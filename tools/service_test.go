@@ -541,8 +541,10 @@ func TestTwoInstancesShareTheCalls(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range calls {
 		wg.Go(func() {
-			reply := request(t, nc, toolRequest("get_weather", "r1", fmt.Sprint("c", i), `{}`))
-			if code, desc := serviceError(reply); code != "" {
+			reply, err := nc.RequestMsg(toolRequest("get_weather", "r1", fmt.Sprint("c", i), `{}`), wait)
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+			} else if code, desc := serviceError(reply); code != "" {
 				t.Errorf("call %d: error %s %s", i, code, desc)
 			}
 		})
