@@ -377,7 +377,8 @@ func TestUpScriptFindsCompose(t *testing.T) {
 			root := repoRoot(t)
 			var composeCalls []string
 			for _, c := range calls {
-				if (strings.HasPrefix(c, "docker compose ") || strings.HasPrefix(c, "docker-compose ")) && !strings.HasSuffix(c, " version") {
+				call, _, _ := strings.Cut(c, " [")
+				if (strings.HasPrefix(call, "docker compose ") || strings.HasPrefix(call, "docker-compose ")) && !strings.HasSuffix(call, " version") {
 					composeCalls = append(composeCalls, c)
 				}
 			}
