@@ -306,7 +306,13 @@ func since(now, t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := max(now.Sub(t), 0)
+	return roundDuration(now.Sub(t))
+}
+
+// roundDuration is d (at least 0) rounded for people: 42s, 3m12s, 5h3m,
+// 2d4h.
+func roundDuration(d time.Duration) string {
+	d = max(d, 0)
 	switch {
 	case d < time.Minute:
 		return d.Round(time.Second).String()
