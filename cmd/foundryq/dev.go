@@ -168,7 +168,9 @@ func stackReady(stack *devstack.Stack) func(context.Context) error {
 func checkStackUpstream(ctx context.Context, stack *devstack.Stack, log zerolog.Logger) {
 	var wg sync.WaitGroup
 	for _, w := range stack.Workers() {
-		wg.Go(func() { checkWorkerUpstream(ctx, w.Worker, stack.Upstream.Check, log.With().Str("worker", w.ID()).Logger()) })
+		wg.Go(func() {
+			checkWorkerUpstream(ctx, w.Worker, stack.Upstream.Check, log.With().Str("worker", w.ID()).Logger())
+		})
 	}
 	wg.Wait()
 }
