@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
@@ -56,14 +57,7 @@ func runsStack(t *testing.T) (*devstack.Stack, string) {
 		}
 	}
 	// A record from long ago (as a worker wrote it then).
-	js, err := jetstream.New(s.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, "foundryq-runs")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := stateBucket(t, ctx, s.Conn)
 	old := time.Now().Add(-2 * time.Hour).UTC()
 	rec, _ := json.Marshal(events.RunState{RunID: "runs-old", Schema: 1, Status: events.StatusCompleted, Terminal: events.TypeRunCompleted,
 		CreatedAt: old, UpdatedAt: old, FinishedAt: &old, Usage: &events.Usage{InputTokens: 1, OutputTokens: 2, TotalTokens: 3}})
@@ -82,6 +76,20 @@ func runsStack(t *testing.T) (*devstack.Stack, string) {
 	submit(req("runs-slow", map[string]string{"emu_tokens": "100000", "emu_token_ms": "50"}))
 	waitFor("runs-slow", events.TypeTextDelta)
 	return s, s.NATS.ClientURL()
+}
+
+// stateBucket opens the state bucket, to write records as a worker would.
+func stateBucket(t *testing.T, ctx context.Context, nc *nats.Conn) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "foundryq-runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
 
 // column returns the first column of each table row (not the header).
@@ -370,14 +378,7 @@ func TestRunsOfAnUnknownOrQueuedRun(t *testing.T) {
 	}
 
 	// A run given back after a failed attempt: when the next try comes.
-	js, err := jetstream.New(s.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, "foundryq-runs")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := stateBucket(t, ctx, s.Conn)
 	now := time.Now().UTC()
 	next := now.Add(time.Hour)
 	rec, _ := json.Marshal(events.RunState{RunID: "retry-1", Schema: 1, Status: events.StatusRunning, Attempt: 1, Failures: 1, MaxFailures: 10,
