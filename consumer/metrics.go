@@ -155,7 +155,7 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 		}, []string{"kind"}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "tool_calls_total", Help: "Function calls the worker sent to tools served over NATS, by tool and result " +
-				"(completed, unserved: asked of the caller, error, timeout, dead: the service stopped answering, cancelled: given up).",
+				"(completed, unserved: asked of the caller, error, timeout, dead: the service stopped answering, cancelled: given up, unsent: NATS failed).",
 		}, []string{"tool", "result"}),
 		toolSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "foundryq", Name: "tool_call_seconds", Help: "Time from sending a function call to a tool served over NATS to its end, by tool (calls nobody serves are not counted).",

@@ -53,6 +53,7 @@ const (
 	toolTimedOut  toolEnd = "timeout"   // no answer within the tool's timeout
 	toolDead      toolEnd = "dead"      // the service stopped answering in the middle of the call
 	toolGivenUp   toolEnd = "cancelled" // the worker gave the call up: the run stopped, or another call failed
+	toolUnsent    toolEnd = "unsent"    // NATS failed the worker: the call could not be sent
 )
 
 // failed reports an end that fails the run.
@@ -120,7 +121,7 @@ type callBatch struct {
 	giveUp   context.CancelFunc
 	answered map[string]bool
 	failed   *toolResult // the first call that failed
-	storeErr error       // an output that could not be stored
+	natsErr  error       // a call that could not be sent, or an output that could not be stored
 	stopped  bool        // given up because the run stopped
 }
 
@@ -138,13 +139,15 @@ func (r *run) runCalls(ev events.RunEvent, calls []events.InputItem) (map[string
 		go func() { b.results <- r.callTool(ctx, it) }()
 	}
 	r.gather(&b)
+	_, cancelled := cancelOf(r.ctx)
 	switch {
 	case r.hard.Err() != nil:
 		return nil, false // aborted: the job's lease lapses
-	case b.stopped:
+	case b.stopped, cancelled:
 		r.endToolsStopped(ev)
-	case b.storeErr != nil:
-		r.endUpstreamError(outcome{err: b.storeErr, op: opState, upstreamSeq: -1})
+	case b.natsErr != nil:
+		// Not the run's fault: it is retried, by this worker or another.
+		r.endUpstreamError(outcome{err: b.natsErr, op: opState, upstreamSeq: -1})
 	case b.failed != nil:
 		r.endToolFailed(*b.failed)
 	default:
@@ -186,12 +189,11 @@ func (r *run) settleCall(b *callBatch, res toolResult) {
 	r.w.m.toolCallEnded(res)
 	tool := &events.Tool{Type: "function", Name: res.item.Name, CallID: res.item.ID}
 	switch {
+	case res.end == toolUnsent:
+		b.natsFailed(fmt.Errorf("send the call %s of tool %s: %s", res.item.ID, res.item.Name, res.message))
 	case res.end == toolCompleted:
 		if err := r.storeOutput(res); err != nil {
-			if b.storeErr == nil {
-				b.storeErr = err
-				b.giveUp()
-			}
+			b.natsFailed(err)
 			return
 		}
 		b.answered[res.item.ID] = true
@@ -204,6 +206,15 @@ func (r *run) settleCall(b *callBatch, res toolResult) {
 			b.failed = &res
 			b.giveUp()
 		}
+	}
+}
+
+// natsFailed notes the first NATS failure of the batch, and gives the other
+// calls up.
+func (b *callBatch) natsFailed(err error) {
+	if b.natsErr == nil {
+		b.natsErr = err
+		b.giveUp()
 	}
 }
 
@@ -233,18 +244,27 @@ func (r *run) endToolFailed(res toolResult) {
 // response having ended; any other cause (a shutdown hands it off) as if
 // its reader had been interrupted having read nothing more.
 func (r *run) endToolsStopped(ev events.RunEvent) {
-	cause := context.Cause(r.ctx)
-	if !errors.Is(cause, ErrCancelRequested) && !errors.Is(cause, ErrRunTimeout) && !errors.Is(cause, ErrAbandoned) {
+	reason, cancelled := cancelOf(r.ctx)
+	if !cancelled {
 		read := make(chan outcome, 1)
 		read <- outcome{upstreamSeq: -1}
 		r.interrupt(read, func() {})
 		return
 	}
-	reason := reasonOf(cause)
 	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
 	r.recordCancel(ctx, r.heardCancel(reason))
 	cancel()
 	r.endCancelledBetweenSteps(reason, ev.ResponseID, ev.Status, ev.Usage)
+}
+
+// cancelOf reports whether ctx (a run's) ended for a cancel (requested,
+// the deadline, abandonment), and its reason.
+func cancelOf(ctx context.Context) (reason string, ok bool) {
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, ErrCancelRequested) && !errors.Is(cause, ErrRunTimeout) && !errors.Is(cause, ErrAbandoned) {
+		return "", false
+	}
+	return reasonOf(cause), true
 }
 
 // heardCancel is the record of a cancel of the run for reason, with the
@@ -309,7 +329,7 @@ func (r *run) callTool(ctx context.Context, it events.InputItem) toolResult {
 		deadline: start.Add(r.w.cfg.toolTimeout(it.Name))}
 	sub, err := r.w.nc.ChanSubscribe(c.inbox, c.replies)
 	if err != nil {
-		return toolResult{item: it, end: toolError, message: "subscribe to the call's replies: " + err.Error()}
+		return toolResult{item: it, end: toolUnsent, message: "subscribe to the call's replies: " + err.Error()}
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	res := r.sendFirst(ctx, c)
@@ -323,7 +343,7 @@ func (r *run) sendFirst(ctx context.Context, c *toolCall) toolResult {
 	served, err := r.send(c)
 	switch {
 	case err != nil:
-		return toolResult{end: toolError, message: "send the call: " + err.Error()}
+		return toolResult{end: toolUnsent, message: err.Error()}
 	case !served:
 		r.logger().Info().Str("tool", c.item.Name).Str("call_id", c.item.ID).Msg("no service serves the tool; its call is asked of the caller")
 		return toolResult{end: toolUnserved}
@@ -383,7 +403,9 @@ func (r *run) await(ctx context.Context, c *toolCall) toolResult {
 				}
 				tries++
 				r.logger().Warn().Str("tool", c.item.Name).Str("call_id", c.item.ID).Int("try", tries).Msg("the tool's service stopped answering; sending the call again")
-				if served, err := r.send(c); err != nil || !served {
+				if served, err := r.send(c); err != nil {
+					return toolResult{end: toolUnsent, message: err.Error()}
+				} else if !served {
 					return toolResult{end: toolDead, message: "the service stopped answering, and no other instance serves the tool"}
 				}
 				continue

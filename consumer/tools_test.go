@@ -599,3 +599,31 @@ func TestToolIgnoringTheCancel(t *testing.T) {
 		t.Fatalf("ended %+v", end)
 	}
 }
+
+// At shutdown the calls in flight may still answer until shortly before
+// the shutdown timeout; one that has not is cancelled, and the run is
+// handed off: the next owner calls it again and the run completes.
+func TestShutdownWhileToolsRun(t *testing.T) {
+	e := setup(t)
+	first := e.startWorker(consumer.Config{WorkerID: "first", ShutdownTimeout: 4 * time.Second})
+	var svc *toolService
+	svc = e.serveTool("get_weather", "a", 100*time.Millisecond, func(ctx context.Context, req toolRequest) (string, string) {
+		if svc.callsOf(req.CallID) == 1 {
+			return holdUntilCancelled(ctx, req)
+		}
+		return answerAt(ctx, req)
+	})
+	e.submit(functionRequest("tool-shutdown", 1, "get_weather"))
+	call := next(t, svc.received, "the call", 20*time.Second)
+	e.startWorker(consumer.Config{WorkerID: "second"})
+	start := time.Now()
+	first.shutdown(t)
+	c := next(t, svc.cancels, "the cancel", 10*time.Second)
+	if c.CallID != call.CallID || c.At.Sub(start) < 2*time.Second {
+		t.Fatalf("cancel %+v %s after the shutdown began, want the call's, shortly before the shutdown timeout", c, c.At.Sub(start))
+	}
+	evs := e.collect("tool-shutdown", 30*time.Second)
+	if end := checkWellFormed(t, evs); end.Type != events.TypeRunCompleted || svc.callsOf(call.CallID) != 2 || len(ofType(evs, events.TypeRunStarted)) != 2 {
+		t.Fatalf("ended %+v: %v; %d requests", end, types(evs), svc.callsOf(call.CallID))
+	}
+}
