@@ -1,7 +1,8 @@
 package consumer
 
 // Runs that ask. A response that stops on approval requests or function
-// calls pauses its run (pause): the pause is recorded (status waiting, the
+// calls pauses its run (pause), once the calls whose tools are served over
+// NATS are answered (tools.go): the pause is recorded (status waiting, the
 // step kept in the record), input.required is published, the run's request
 // is kept on the inputs stream, and the job is acked: a waiting run holds
 // no goroutine, connection or timer. Answers arrive as requests on
@@ -33,8 +34,11 @@ import (
 // then looks for the pause's answers before it claims the run.
 const headerStep = "Foundryq-Step"
 
-// pause makes a run whose response stopped on items its caller must answer
-// wait for them, as described above. ev is the input.required event.
+// pause ends a step whose response stopped on items (ev, the
+// input.required event): the function calls whose tools are served over
+// NATS are called first (callTools); with every item answered the run goes
+// on at once (continueRun), else it waits for its caller's answers to the
+// rest, as described above.
 func (r *run) pause(ev events.RunEvent, upstreamSeq int64, req events.RunRequest) {
 	asked, ok := r.callTools(ev)
 	switch {
@@ -325,8 +329,12 @@ func (r *run) repairPause(st events.RunState, pos position) {
 		return
 	}
 	asked, err := r.w.unanswered(r.hard, r.id, st.Asked, 0)
-	if err != nil || len(asked) == 0 {
-		return // the next delivery repairs it; with every item answered, the wake follows
+	switch {
+	case err != nil:
+		r.logger().Warn().Err(err).Msg("read the answers of a waiting run; asking for every item of its pause")
+		asked = st.Asked
+	case len(asked) == 0:
+		return // every item is answered: the wake follows
 	}
 	last := st.Steps[len(st.Steps)-1]
 	ev := events.RunEvent{RunID: r.id, Seq: pos.Seq + 1, Type: events.TypeInputRequired, Time: time.Now().UTC(),
