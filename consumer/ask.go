@@ -1,7 +1,8 @@
 package consumer
 
 // Runs that ask. A response that stops on approval requests or function
-// calls pauses its run (pause): the pause is recorded (status waiting, the
+// calls pauses its run (pause), once the calls whose tools are served over
+// NATS are answered (tools.go): the pause is recorded (status waiting, the
 // step kept in the record), input.required is published, the run's request
 // is kept on the inputs stream, and the job is acked: a waiting run holds
 // no goroutine, connection or timer. Answers arrive as requests on
@@ -33,9 +34,20 @@ import (
 // then looks for the pause's answers before it claims the run.
 const headerStep = "Foundryq-Step"
 
-// pause makes a run whose response stopped on items its caller must answer
-// wait for them, as described above. ev is the input.required event.
+// pause ends a step whose response stopped on items (ev, the
+// input.required event): the function calls whose tools are served over
+// NATS are called first (callTools); with every item answered the run goes
+// on at once (continueRun), else it waits for its caller's answers to the
+// rest, as described above.
 func (r *run) pause(ev events.RunEvent, upstreamSeq int64, req events.RunRequest) {
+	asked, ok := r.callTools(ev)
+	switch {
+	case !ok:
+		return
+	case len(asked) == 0:
+		r.continueRun(ev)
+		return
+	}
 	if err := r.w.keepRequest(r.hard, r.id, r.msg); err != nil {
 		r.endRetryLater("keep the request of a run that waits for answers", err)
 		return
@@ -45,23 +57,19 @@ func (r *run) pause(ev events.RunEvent, upstreamSeq int64, req events.RunRequest
 	if _, err := r.persist("record the pause", func(s *events.RunState, _ bool) error {
 		return pauseRun(s, r.owner, step, ev.Items, inputTimeout, req.TimeoutSeconds == 0, time.Now().UTC())
 	}); err != nil {
-		if errors.Is(err, errCancelPending) {
-			// Cancelled as the step ended: the cancel ends the run.
-			r.endCancelledBetweenSteps(r.mustCancelReason(), ev.ResponseID, ev.Status, ev.Usage)
-			return
-		}
-		r.logger().Warn().Err(err).Msg("record the pause; the job will be delivered again")
-		r.end(ending{job: leave})
+		r.endStepRefused(err, ev)
 		return
 	}
-	r.rel.add(ev, upstreamSeq)
+	required := ev
+	required.Items = asked // the items the worker's tools answered are not asked
+	r.rel.add(required, upstreamSeq)
 	if err := r.rel.flush(r.hard); err != nil {
 		// The record says waiting: the next delivery of the job finds it
 		// so and publishes input.required again (repairPause).
 		r.logger().Warn().Err(err).Msg("publish input.required; the job will be delivered again")
 		return
 	}
-	r.logger().Info().Int("items", len(ev.Items)).Msg("run waits for its caller's answers")
+	r.logger().Info().Int("items", len(asked)).Msg("run waits for its caller's answers")
 	r.w.m.runsPaused.Inc()
 	r.end(ending{job: ack})
 	// An answer stored before the ack could not wake the run (its job was
@@ -112,15 +120,26 @@ func (w *Worker) keepRequest(ctx context.Context, runID string, job jetstream.Ms
 // answered reports whether every item of a waiting run's pause has a
 // stored answer.
 func (w *Worker) answered(ctx context.Context, runID string, items []events.InputItem) (bool, error) {
+	open, err := w.unanswered(ctx, runID, items, 1)
+	return err == nil && len(open) == 0 && len(items) > 0, err
+}
+
+// unanswered lists the items of run runID that have no stored answer, in
+// their order, stopping at most (0: no bound).
+func (w *Worker) unanswered(ctx context.Context, runID string, items []events.InputItem, most int) ([]events.InputItem, error) {
+	var open []events.InputItem
 	for _, it := range items {
-		if _, err := w.res.Inputs.GetLastMsgForSubject(ctx, w.names.InputRecordSubject(runID, it.ID)); err != nil {
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return false, nil
+		_, err := w.res.Inputs.GetLastMsgForSubject(ctx, w.names.InputRecordSubject(runID, it.ID))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			if open = append(open, it); len(open) == most {
+				return open, nil
 			}
-			return false, err
+		case err != nil:
+			return nil, err
 		}
 	}
-	return len(items) > 0, nil
+	return open, nil
 }
 
 // wakeIfAnswered publishes a waiting run's kept request as its job again if
@@ -273,18 +292,33 @@ func (w *Worker) answer(ctx context.Context, runID string, a events.InputAnswer,
 		// The step that answers it has started: the answer is in.
 		return events.InputReply{Result: events.InputAlreadyAnswered}, nil
 	}
-	msg := nats.NewMsg(w.names.InputRecordSubject(runID, a.ID))
-	msg.Data = raw
-	_, err = w.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(w.names.InputsStream()))
-	result := events.InputAccepted
-	switch {
-	case jserr.SubjectFull(err):
-		result = events.InputAlreadyAnswered
-	case err != nil:
+	first, err := w.storeAnswer(ctx, runID, a.ID, raw)
+	if err != nil {
 		return events.InputReply{}, err
+	}
+	result := events.InputAccepted
+	if !first {
+		result = events.InputAlreadyAnswered
 	}
 	w.wakeIfAnswered(ctx, runID)
 	return events.InputReply{Result: result}, nil
+}
+
+// storeAnswer stores raw (an events.InputAnswer) as the answer to item id
+// of run runID on the inputs stream, unless the item has one already
+// (first is then false): the first answer stays, whoever gave it (the
+// caller, or a function tool served over NATS).
+func (w *Worker) storeAnswer(ctx context.Context, runID, id string, raw []byte) (first bool, err error) {
+	msg := nats.NewMsg(w.names.InputRecordSubject(runID, id))
+	msg.Data = raw
+	_, err = w.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(w.names.InputsStream()))
+	switch {
+	case jserr.SubjectFull(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
 
 // repairPause publishes input.required again for a waiting run whose last
@@ -294,9 +328,17 @@ func (r *run) repairPause(st events.RunState, pos position) {
 	if pos.Type == events.TypeInputRequired || len(st.Asked) == 0 || len(st.Steps) == 0 {
 		return
 	}
+	asked, err := r.w.unanswered(r.hard, r.id, st.Asked, 0)
+	switch {
+	case err != nil:
+		r.logger().Warn().Err(err).Msg("read the answers of a waiting run; asking for every item of its pause")
+		asked = st.Asked
+	case len(asked) == 0:
+		return // every item is answered: the wake follows
+	}
 	last := st.Steps[len(st.Steps)-1]
 	ev := events.RunEvent{RunID: r.id, Seq: pos.Seq + 1, Type: events.TypeInputRequired, Time: time.Now().UTC(),
-		ResponseID: last.ResponseID, Status: last.Status, Items: st.Asked, Usage: last.Usage}
+		ResponseID: last.ResponseID, Status: last.Status, Items: asked, Usage: last.Usage}
 	if err := r.w.publishEnd(r.hard, r.id, pos, ev, *r.logger()); err != nil {
 		r.logger().Warn().Err(err).Msg("publish input.required of a waiting run again")
 	}

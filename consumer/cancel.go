@@ -70,7 +70,6 @@ func (r *run) pendingCancel(st events.RunState) *events.CancelRecord {
 func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.CancelFunc) {
 	r.mu.Lock()
 	from := r.cancelFrom
-	note, cancelID := r.cancelNote, r.cancelID
 	r.mu.Unlock()
 	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("foundryq.reason", reason))}
 	if from.IsValid() {
@@ -88,7 +87,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 		defer recorded.Done()
 		ctx, cancel := context.WithTimeout(hard, 5*time.Second)
 		defer cancel()
-		r.recordCancel(ctx, events.CancelRecord{Reason: reason, Note: note, At: time.Now().UTC(), ID: cancelID})
+		r.recordCancel(ctx, r.heardCancel(reason))
 	}()
 	defer recorded.Wait()
 

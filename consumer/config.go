@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -99,6 +100,27 @@ type Config struct {
 	// StuckAfter is how long a run this worker owns may store no event
 	// before the runs_stuck gauge counts it. Default 5m.
 	StuckAfter time.Duration
+	// ToolTimeout bounds a call of a function tool served over NATS
+	// (<prefix>.tools.<name>), counted from when the worker sends it: past
+	// it the call is cancelled (<prefix>.tools.cancel.<run_id>) and the run
+	// fails tool_timeout. Default 60s.
+	ToolTimeout time.Duration
+	// ToolTimeouts overrides ToolTimeout for the tools it names.
+	ToolTimeouts map[string]time.Duration
+	// IdempotentTools names the function tools that may run twice for one
+	// call: a call whose service instance stopped answering (it sent
+	// progress, then nothing for 3s) is sent again, to another instance,
+	// at most 3 times in all. Any other tool's call fails the run
+	// tool_failed then.
+	IdempotentTools []string
+	// ToolCancelGrace is how long a call that the worker cancelled (its
+	// run was cancelled, or it timed out) may take to answer before the
+	// worker goes on without it. Default 1s.
+	ToolCancelGrace time.Duration
+	// DisableServedTools makes the worker ask the run's caller for every
+	// function call (input.required), as before tools could be served over
+	// NATS. Default false: a call whose tool has a service goes to it.
+	DisableServedTools bool
 	// TracerProvider makes the worker's spans: "foundryq run" (continuing
 	// the trace context in the run request's headers), "foundry <op>" for
 	// each Foundry call, "foundryq cancel answer" and "foundryq run cancel".
@@ -112,6 +134,10 @@ type Config struct {
 	// (metrics are still counted, just not exported).
 	Registerer prometheus.Registerer
 }
+
+// DefaultToolTimeout bounds a call of a function tool served over NATS
+// unless Config.ToolTimeout or ToolTimeouts say otherwise.
+const DefaultToolTimeout = time.Minute
 
 // DefaultRunTimeout is the run deadline of requests without
 // timeout_seconds unless Config.DefaultTimeout says otherwise.
@@ -163,6 +189,12 @@ func (c Config) withDefaults() Config {
 	if c.StuckAfter == 0 {
 		c.StuckAfter = 5 * time.Minute
 	}
+	if c.ToolTimeout == 0 {
+		c.ToolTimeout = DefaultToolTimeout
+	}
+	if c.ToolCancelGrace == 0 {
+		c.ToolCancelGrace = time.Second
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -205,6 +237,7 @@ func (c Config) validate() error {
 	if c.ReadyCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("ready check interval must not be negative, got %s", c.ReadyCheckInterval))
 	}
+	errs = append(errs, c.validateTools()...)
 	if !events.ValidRunID(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))
 	}
@@ -216,6 +249,42 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// validateTools checks the settings of tools served over NATS.
+func (c Config) validateTools() []error {
+	var errs []error
+	if c.ToolTimeout < 0 {
+		errs = append(errs, fmt.Errorf("tool timeout must be positive, got %s", c.ToolTimeout))
+	}
+	if c.ToolCancelGrace < 0 {
+		errs = append(errs, fmt.Errorf("tool cancel grace must not be negative, got %s", c.ToolCancelGrace))
+	}
+	for name, d := range c.ToolTimeouts {
+		if !events.ValidToolName(name) {
+			errs = append(errs, fmt.Errorf("tool timeouts: tool name %q must match [A-Za-z0-9_-]{1,64}", name))
+		}
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("tool timeouts: %s must be positive, got %s", name, d))
+		}
+	}
+	for _, name := range c.IdempotentTools {
+		if !events.ValidToolName(name) {
+			errs = append(errs, fmt.Errorf("idempotent tools: tool name %q must match [A-Za-z0-9_-]{1,64}", name))
+		}
+	}
+	return errs
+}
+
+// toolTimeout is the timeout of a call of tool name.
+func (c Config) toolTimeout(name string) time.Duration {
+	if d, ok := c.ToolTimeouts[name]; ok {
+		return d
+	}
+	return c.ToolTimeout
+}
+
+// idempotent reports whether tool name may be called again.
+func (c Config) idempotent(name string) bool { return slices.Contains(c.IdempotentTools, name) }
 
 // Validate checks cfg as New does, after applying the defaults: every
 // value that is out of range is named in the error, with what is accepted.

@@ -22,6 +22,10 @@
 //     longer be streamed; no token is lost or repeated.
 //   - At shutdown in-flight runs are handed off (flushed, Nak'ed) and nothing
 //     is cancelled upstream.
+//   - A function call whose tool is served over NATS is sent to it by the
+//     run's owner (tools.go); its output is stored as the call's answer
+//     before the run goes on, so that no owner calls a tool that answered
+//     and no answer is lost. A cancel of the run cancels its calls in flight.
 //
 // Worker.Ready says whether a worker can take and run jobs (NATS connected,
 // streams, consumer and bucket present, pull loop alive); foundryq worker

@@ -454,12 +454,8 @@ func (r *run) endRetryLater(what string, err error) {
 const maxTextLen = 4 << 10
 
 func truncateText(s string) string {
-	if len(s) <= maxTextLen {
-		return s
+	if head, cut := cutText(s, maxTextLen); cut {
+		return head + "…"
 	}
-	cut := maxTextLen
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
+	return s
 }

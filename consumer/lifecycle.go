@@ -133,15 +133,8 @@ func pauseRun(s *events.RunState, o owner, step events.Step, items []events.Inpu
 	case s.Cancel != nil:
 		return errCancelPending
 	}
-	s.Schema = stateSchema
-	if s.Step == 0 {
-		s.Step = 1
-	}
-	s.Steps = append(s.Steps, step)
+	endStep(s, step, items)
 	s.Status = events.StatusWaiting
-	s.Owner = ""
-	s.ResponseID, s.CreateStartedAt, s.StalledAt = "", nil, nil
-	s.Asked = items
 	s.WaitingSince = &now
 	s.InputDeadline = nil
 	if defaultDeadline && s.Deadline != nil {
@@ -153,6 +146,39 @@ func pauseRun(s *events.RunState, o owner, step events.Step, items []events.Inpu
 		s.InputDeadline = &d
 	}
 	return nil
+}
+
+// nextStep records that the run's response (its current step) stopped on
+// items that are all answered already (the worker called the function
+// tools they name): the step is kept in Steps with its items in Asked, and
+// the run goes on to its next step without waiting. The owner gives the
+// run back (no owner, no response in flight, still running), so that the
+// job's next delivery creates the next step's response, from any worker.
+func nextStep(s *events.RunState, o owner, step events.Step, items []events.InputItem) error {
+	switch {
+	case s.Finished():
+		return errFinished
+	case !o.owns(s):
+		return errNotOwner
+	case s.Cancel != nil:
+		return errCancelPending
+	}
+	endStep(s, step, items)
+	s.Step++
+	return nil
+}
+
+// endStep keeps the run's current step (its response ended, asking for
+// items) in Steps, and lets go of the run: no owner, no response.
+func endStep(s *events.RunState, step events.Step, items []events.InputItem) {
+	s.Schema = stateSchema
+	if s.Step == 0 {
+		s.Step = 1
+	}
+	s.Steps = append(s.Steps, step)
+	s.Owner = ""
+	s.ResponseID, s.CreateStartedAt, s.StalledAt = "", nil, nil
+	s.Asked = items
 }
 
 // endWaitingRun ends a waiting run from the worker by that saw its

@@ -526,3 +526,70 @@ func TestPauseAndNextStep(t *testing.T) {
 		t.Fatalf("endWaitingRun: %v %+v", err, ended)
 	}
 }
+
+// A step whose items the worker answered itself (served function tools):
+// the step is kept, the run stays running with no owner and no response,
+// and the claim of its next delivery is an ordinary one (no failure
+// counted) that finds the next step to create. Only the owner does it, a
+// cancel on record ends the run instead, a finished run refuses.
+func TestNextStepWithoutWaiting(t *testing.T) {
+	o := owner{worker: "w1", attempt: 2}
+	deadline := t0.Add(time.Hour)
+	running := func() events.RunState {
+		return events.RunState{RunID: "r", Status: events.StatusRunning, Owner: "w1", Attempt: 2, Digest: "d",
+			ResponseID: "resp_1", CreateStartedAt: &t0, Deadline: &deadline, StartedAt: &t0}
+	}
+	items := []events.InputItem{{Kind: events.InputFunctionCall, ID: "call_1", Name: "get_weather"}}
+	step := events.Step{ResponseID: "resp_1", Status: "completed", Usage: &events.Usage{InputTokens: 3}}
+	finished := running()
+	finished.Status, finished.Terminal = events.StatusCompleted, events.TypeRunCompleted
+	cancelled := running()
+	cancelled.Cancel = &rec
+	for _, tc := range []struct {
+		name string
+		s    events.RunState
+		o    owner
+		want error
+	}{
+		{"another worker", running(), owner{worker: "w2", attempt: 1}, errNotOwner},
+		{"a later attempt of the same worker", running(), owner{worker: "w1", attempt: 3}, errNotOwner},
+		{"a cancel on record", cancelled, o, errCancelPending},
+		{"a finished run", finished, o, errFinished},
+	} {
+		before := tc.s
+		if err := nextStep(&tc.s, tc.o, step, items); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		if len(tc.s.Steps) != len(before.Steps) || tc.s.Step != before.Step {
+			t.Errorf("%s: the record changed: %+v", tc.name, tc.s)
+		}
+	}
+
+	for _, first := range []int{0, 2} { // a first step (Step unset), a later one
+		s := running()
+		s.Step = first
+		if first > 0 {
+			s.Steps = []events.Step{{ResponseID: "resp_0", Status: "completed"}}
+		}
+		if err := nextStep(&s, o, step, items); err != nil {
+			t.Fatal(err)
+		}
+		want := max(first, 1) + 1
+		if s.Status != events.StatusRunning || s.Owner != "" || s.ResponseID != "" || s.CreateStartedAt != nil ||
+			s.Step != want || len(s.Steps) != max(first, 1) || s.Steps[len(s.Steps)-1] != step || len(s.Asked) != 1 ||
+			s.Schema != stateSchema || s.WaitingSince != nil || s.Deadline == nil || !s.Deadline.Equal(deadline) {
+			t.Fatalf("after step %d: %+v", max(first, 1), s)
+		}
+		claimed := s
+		if err := claimRun(&claimed, true, owner{worker: "w3", attempt: 3}, "d", time.Hour, t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if claimed.Owner != "w3" || claimed.Failures != 0 || claimed.Step != want || claimed.Status != events.StatusRunning ||
+			!claimed.Deadline.Equal(deadline) {
+			t.Fatalf("claim of the next step: %+v", claimed)
+		}
+		if err := startCreate(&claimed, owner{worker: "w3", attempt: 3}, t0); err != nil {
+			t.Fatalf("the next step's create: %v", err)
+		}
+	}
+}

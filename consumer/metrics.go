@@ -42,6 +42,8 @@ type metrics struct {
 	runSeconds          *prometheus.HistogramVec // by outcome: completed, failed, cancelled
 	upstreamSeconds     *prometheus.HistogramVec // by op and status
 	tokens              *prometheus.CounterVec   // by kind: input, output, reasoning, cached
+	toolCalls           *prometheus.CounterVec   // function calls sent to tools served over NATS, by tool and result
+	toolSeconds         *prometheus.HistogramVec // their duration, by tool
 }
 
 // Label values set up front, so that every series a dashboard or an alert
@@ -151,6 +153,14 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "tokens_total", Help: "Tokens of the runs this worker ended, as Foundry reported them, by kind (input, output, reasoning, cached).",
 		}, []string{"kind"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "tool_calls_total", Help: "Function calls the worker sent to tools served over NATS, by tool and result " +
+				"(completed, unserved: asked of the caller, error, timeout, dead: the service stopped answering, cancelled: given up, unsent: NATS failed).",
+		}, []string{"tool", "result"}),
+		toolSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "foundryq", Name: "tool_call_seconds", Help: "Time from sending a function call to a tool served over NATS to its end, by tool (calls nobody serves are not counted).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
+		}, []string{"tool"}),
 	}
 	for _, t := range terminalTypes {
 		m.runsFinished.WithLabelValues(string(t))
@@ -186,7 +196,8 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 		reg.MustRegister(m.runsActive, m.runsStarted, m.runsFinished, m.runsCancelled, m.eventsPublished,
 			m.deltasCoalesced, m.publishSeconds, m.publishRetries, m.upstreamErrors, m.cancelRequests,
 			m.cancelReplySeconds, m.completedAfterCancl, m.deadLetters, m.handoffs, m.lostOwnership,
-			m.cancelsUnconfirmed, m.cancelsPending, m.storeRefusals, m.runsStalled, m.deadlinesEnforced, m.runsPaused, m.inputAnswers, m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens)
+			m.cancelsUnconfirmed, m.cancelsPending, m.storeRefusals, m.runsStalled, m.deadlinesEnforced, m.runsPaused, m.inputAnswers, m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens,
+			m.toolCalls, m.toolSeconds)
 		if stuck != nil {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "foundryq", Name: "runs_stuck", Help: "Runs this worker owns that have stored no event for StuckAfter (--stuck-after); computed at each scrape.",
@@ -209,6 +220,14 @@ func (m *metrics) runEnded(ev events.RunEvent, submitted time.Time) {
 		m.tokens.WithLabelValues("output").Add(float64(u.OutputTokens))
 		m.tokens.WithLabelValues("reasoning").Add(float64(u.ReasoningTokens))
 		m.tokens.WithLabelValues("cached").Add(float64(u.CachedTokens))
+	}
+}
+
+// toolCallEnded counts a function call sent to a tool served over NATS.
+func (m *metrics) toolCallEnded(res toolResult) {
+	m.toolCalls.WithLabelValues(res.item.Name, string(res.end)).Inc()
+	if res.end != toolUnserved {
+		m.toolSeconds.WithLabelValues(res.item.Name).Observe(res.took.Seconds())
 	}
 }
 

@@ -118,6 +118,15 @@ const (
 	// DeploymentNotFound: the request's model names no deployment of the
 	// resource; not retried.
 	CodeDeploymentNotFound = "deployment_not_found"
+	// CodeToolFailed: a function tool served over NATS failed (its service
+	// answered an error, its output could not be used, or its service
+	// stopped answering mid-call); on tool.failed and on the run.failed
+	// that follows, whose message names the tool.
+	CodeToolFailed = "tool_failed"
+	// CodeToolTimeout: a function tool served over NATS did not answer
+	// within the worker's tool timeout; the call was cancelled (tool.failed,
+	// then run.failed naming the tool).
+	CodeToolTimeout = "tool_timeout"
 )
 
 // Upstream statuses of run.cancelled (and of the state record) besides
@@ -137,7 +146,7 @@ const (
 
 // Tool describes the tool call of a tool.* event.
 type Tool struct {
-	Type        string `json:"type"` // "mcp": an MCP tool call run by Foundry
+	Type        string `json:"type"` // "mcp": an MCP tool call run by Foundry; "function": a function tool the worker called over NATS
 	Name        string `json:"name,omitempty"`
 	ServerLabel string `json:"server_label,omitempty"`
 	CallID      string `json:"call_id,omitempty"`
@@ -192,6 +201,11 @@ type RunEvent struct {
 	Reason           string `json:"reason,omitempty"`            // run.cancelled: requested | timeout | abandoned
 	UpstreamStatus   string `json:"upstream_status,omitempty"`   // run.cancelled: Foundry's last word on the response (absent only if it never reached Foundry)
 	UsageUnknown     bool   `json:"usage_unknown,omitempty"`     // run.cancelled without usage
+	// Output, on tool.completed of a function tool served over NATS, is
+	// the function's output, cut to its first 4 KiB (OutputTruncated then
+	// true): enough to follow the run; Foundry gets it whole.
+	Output          string `json:"output,omitempty"`
+	OutputTruncated bool   `json:"output_truncated,omitempty"`
 
 	Items []InputItem    `json:"items,omitempty"` // input.required
 	Input *ReceivedInput `json:"input,omitempty"` // input.received

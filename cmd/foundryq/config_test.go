@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/foundryq/foundryq/consumer"
 )
 
 // --print-config: every setting with its effective value and where it came
@@ -120,6 +125,13 @@ func TestWorkerSettingsValidated(t *testing.T) {
 		{name: "creds", args: []string{"--nats-creds", file + ".missing"}, want: []string{"--nats-creds (NATS_CREDS)", "the path of a readable file"}},
 		{name: "nats url", args: []string{"--nats-url", ""}, want: []string{`--nats-url (NATS_URL) ""`, "nats://HOST:PORT"}},
 		{name: "secrets dir", args: []string{"--secrets-dir", file}, want: []string{"--secrets-dir (FOUNDRYQ_SECRETS_DIR)", "an existing directory"}},
+		{name: "tool settings", args: []string{"--tool-timeout", "5s", "--tool-timeouts", "get_weather=5s, search=2m", "--tool-idempotent", "get_weather,search", "--serve-tools=false"}},
+		{name: "tool timeout", args: []string{"--tool-timeout", "0"}, want: []string{"--tool-timeout (FOUNDRYQ_TOOL_TIMEOUT) 0s", "a positive duration"}},
+		{name: "tool timeouts", args: []string{"--tool-timeouts", "get_weather=5s,search"}, want: []string{"--tool-timeouts (FOUNDRYQ_TOOL_TIMEOUTS) get_weather=5s,search from the command line", "NAME=DURATION entries separated by commas"}},
+		{name: "tool timeouts zero", env: map[string]string{"FOUNDRYQ_TOOL_TIMEOUTS": "get_weather=0s"}, want: []string{"--tool-timeouts (FOUNDRYQ_TOOL_TIMEOUTS) get_weather=0s from the environment", "DURATION positive"}},
+		{name: "tool idempotent", args: []string{"--tool-idempotent", "get.weather"}, want: []string{"--tool-idempotent (FOUNDRYQ_TOOL_IDEMPOTENT) get.weather", "tool names of [A-Za-z0-9_-]{1,64}"}},
+		{name: "tool cancel grace", args: []string{"--tool-cancel-grace", "0"}, want: []string{"--tool-cancel-grace (FOUNDRYQ_TOOL_CANCEL_GRACE) 0s", "a positive duration"}},
+		{name: "serve tools", env: map[string]string{"FOUNDRYQ_SERVE_TOOLS": "maybe"}, want: []string{`FOUNDRYQ_SERVE_TOOLS="maybe": not a boolean`}},
 		{name: "two at once", args: []string{"--concurrency", "0", "--replicas", "0"}, want: []string{"--concurrency (FOUNDRYQ_CONCURRENCY)", "--replicas (FOUNDRYQ_REPLICAS)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -143,5 +155,25 @@ func TestWorkerSettingsValidated(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The tool settings reach the worker's configuration.
+func TestWorkerToolSettings(t *testing.T) {
+	f := newFlags("worker", "")
+	wf := addWorkerFlags(f, true)
+	if err := f.parse([]string{"--tool-timeout", "30s", "--tool-timeouts", "get_weather=5s, search=2m", "--tool-idempotent", " get_weather ,search",
+		"--tool-cancel-grace", "2s", "--serve-tools=false"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	cfg := wf.config("", nil)
+	if cfg.ToolTimeout != 30*time.Second || len(cfg.ToolTimeouts) != 2 || cfg.ToolTimeouts["get_weather"] != 5*time.Second ||
+		cfg.ToolTimeouts["search"] != 2*time.Minute || !slices.Equal(cfg.IdempotentTools, []string{"get_weather", "search"}) ||
+		cfg.ToolCancelGrace != 2*time.Second || !cfg.DisableServedTools {
+		t.Fatalf("config %+v", cfg)
+	}
+	def := addWorkerFlags(newFlags("worker", ""), true).config("", nil)
+	if def.ToolTimeout != consumer.DefaultToolTimeout || def.ToolTimeouts != nil || def.IdempotentTools != nil || def.ToolCancelGrace != time.Second || def.DisableServedTools {
+		t.Fatalf("defaults %+v", def)
 	}
 }

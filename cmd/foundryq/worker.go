@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/internal/secrets"
 )
@@ -38,6 +39,9 @@ type workerFlags struct {
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
 	eventInterval, cancelAudit, foregroundPoll  *time.Duration
 	stuckAfter                                  *time.Duration
+	toolTimeout, toolCancelGrace                *time.Duration
+	toolTimeouts, toolIdempotent                *string
+	serveTools                                  *bool
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -73,6 +77,17 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	})
 	w.replicas = f.Int("replicas", "FOUNDRYQ_REPLICAS", 1, "JetStream replicas for streams and bucket", between(1, 5))
 	w.secretsDir = f.String("secrets-dir", "FOUNDRYQ_SECRETS_DIR", "", "directory of secrets, one file each (a mounted Kubernetes Secret), for {\"secret\": NAME} references in MCP tools; also read: FOUNDRYQ_SECRET_<NAME> variables", dirOrEmpty())
+	w.serveTools = f.Bool("serve-tools", "FOUNDRYQ_SERVE_TOOLS", true, "call the function tools served over NATS (<prefix>.tools.<name>) before asking the run's caller; false: every function call is asked of the caller (input.required)")
+	w.toolTimeout = f.Duration("tool-timeout", "FOUNDRYQ_TOOL_TIMEOUT", consumer.DefaultToolTimeout, "bound on a call of a function tool served over NATS; past it the call is cancelled and the run fails tool_timeout", positive())
+	w.toolTimeouts = f.String("tool-timeouts", "FOUNDRYQ_TOOL_TIMEOUTS", "", "per-tool --tool-timeout: NAME=DURATION entries separated by commas, e.g. get_weather=5s,search=2m", rule[string]{func(v string) bool {
+		_, err := parseToolTimeouts(v)
+		return err == nil
+	}, "NAME=DURATION entries separated by commas (NAME: [A-Za-z0-9_-]{1,64}; DURATION positive, e.g. 5s)"})
+	w.toolIdempotent = f.String("tool-idempotent", "FOUNDRYQ_TOOL_IDEMPOTENT", "", "function tools (names separated by commas) whose call may run twice: sent again to another instance when its service stops answering mid-call, instead of failing the run", rule[string]{func(v string) bool {
+		_, err := parseToolNames(v)
+		return err == nil
+	}, "tool names of [A-Za-z0-9_-]{1,64} separated by commas"})
+	w.toolCancelGrace = f.Duration("tool-cancel-grace", "FOUNDRYQ_TOOL_CANCEL_GRACE", time.Second, "how long a cancelled tool call may take to answer before the worker goes on without it", positive())
 	w.secretHosts = f.String("secret-hosts", "FOUNDRYQ_SECRET_HOSTS", "", "where each secret may be sent: NAME=HOST[,HOST...] entries separated by ';' or spaces (HOST: an https server_url host, *.domain, or a connector_id, tunnel_id or project_connection_id)")
 	return w
 }
@@ -134,6 +149,11 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		ForegroundPollTimeout: *w.foregroundPoll,
 		RetryDelay:            *w.retryDelay,
 		StuckAfter:            *w.stuckAfter,
+		ToolTimeout:           *w.toolTimeout,
+		ToolTimeouts:          checked(parseToolTimeouts(*w.toolTimeouts)),
+		IdempotentTools:       checked(parseToolNames(*w.toolIdempotent)),
+		ToolCancelGrace:       *w.toolCancelGrace,
+		DisableServedTools:    !*w.serveTools,
 		Logger:                log,
 		Provision: consumer.ProvisionConfig{
 			Replicas:     *w.replicas,
@@ -144,6 +164,47 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		},
 	}
 }
+
+// parseToolTimeouts parses --tool-timeouts: NAME=DURATION entries
+// separated by commas; nil for "".
+func parseToolTimeouts(v string) (map[string]time.Duration, error) {
+	var m map[string]time.Duration
+	for _, entry := range strings.Split(v, ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		name, dur, ok := strings.Cut(entry, "=")
+		d, err := time.ParseDuration(strings.TrimSpace(dur))
+		if name = strings.TrimSpace(name); !ok || !events.ValidToolName(name) || err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q: want NAME=DURATION", entry)
+		}
+		if m == nil {
+			m = make(map[string]time.Duration)
+		}
+		m[name] = d
+	}
+	return m, nil
+}
+
+// parseToolNames parses --tool-idempotent: tool names separated by
+// commas; nil for "".
+func parseToolNames(v string) ([]string, error) {
+	var names []string
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !events.ValidToolName(name) {
+			return nil, fmt.Errorf("%q is not a tool name", name)
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// checked is the value of a parse that the setting's rule has already
+// checked.
+func checked[T any](v T, _ error) T { return v }
 
 // runTimeout maps the flag's 0 (no deadline) to the config's negative.
 func runTimeout(d time.Duration) time.Duration {

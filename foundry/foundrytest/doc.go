@@ -144,7 +144,7 @@
 //	| emu_token_ms | pause before each token (so also before the first), in ms | Config.DefaultTokenDelay (0) |
 //	| emu_tool_ms | one tool call lasting this many ms before the text, to the first mcp or function tool of the request (server_label from it, name from its allowed_tools, else "emulator_tool"; with no such tool: label "emulator"); a function tool or an MCP tool needing approval ends the response with a function_call or mcp_approval_request item instead | no tool call |
 //	| emu_tool_fail | 1: the tool call fails (response.mcp_call.failed, item status failed with an error object); the text follows | 0 |
-//	| emu_function_calls | how many function_call items (1-8) a scripted call to a function tool ends the response with (parallel calls) | 1 |
+//	| emu_function_calls | how many function_call items (1-8) a scripted call to a function tool ends the response with (parallel calls, to the request's function tools in turn) | 1 |
 //	| emu_created_ms | pause before response.created; the 200 and the headers go out at once, keepalive events follow every emu_keepalive_ms; the response already exists server-side and can be cancelled by id | 0 |
 //	| emu_keepalive_ms | interval of the keepalive events during emu_created_ms and emu_queued_ms (at most 1000 per response) | Config.KeepaliveInterval (30s) |
 //	| emu_queued_ms | a background response stays queued this long after response.queued (up to 3600000, an hour: "stuck"): keepalive events every emu_keepalive_ms and no text, GET says queued, a cancel ends it (cancelled); then response.in_progress and the rest; ignored on a foreground response, which is never queued | 0 |

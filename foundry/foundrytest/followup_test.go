@@ -178,3 +178,25 @@ func TestFollowUpErrors(t *testing.T) {
 		})
 	}
 }
+
+// Parallel function calls call the request's function tools in turn, so
+// that one response can ask for several functions.
+func TestParallelCallsTakeTheFunctionsInTurn(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, Config{})
+	body := createBody("fu-turns", true, true, map[string]string{KeyTokens: "3", KeyToolMS: "5", KeyFunctionCalls: "3"})
+	body["tools"] = []any{map[string]any{"type": "function", "name": "get_weather"}, map[string]any{"type": "function", "name": "get_time"}}
+	evs, err := createStream(t, srv, c, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ev := range evs {
+		if ev.Type == evItemDone && ev.Item != nil && ev.Item.Type == "function_call" {
+			names = append(names, ev.Item.Name)
+		}
+	}
+	if want := []string{"get_weather", "get_time", "get_weather"}; !slices.Equal(names, want) {
+		t.Fatalf("function calls to %v, want %v", names, want)
+	}
+}

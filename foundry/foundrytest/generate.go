@@ -102,10 +102,10 @@ func (g *generator) generate() {
 			index++
 		case call.function:
 			// The model calls the function (emu_function_calls times, in
-			// parallel): the response ends waiting for the outputs, with no
-			// text.
+			// parallel, the request's function tools in turn): the response
+			// ends waiting for the outputs, with no text.
 			for k := range r.sc.functionCalls {
-				if !g.functionCall(index+k, k, call.name) {
+				if !g.functionCall(index+k, k, call.functionName(k)) {
 					return
 				}
 			}

@@ -52,6 +52,17 @@ type toolCallTarget struct {
 	label    string // mcp: the server label
 	name     string // the tool or function name
 	approval bool   // mcp: require_approval asks for approval of this call
+	// functions are the names of the request's function tools, in order:
+	// parallel function calls call them in turn.
+	functions []string
+}
+
+// functionName is the function parallel call k calls.
+func (c *toolCallTarget) functionName(k int) string {
+	if len(c.functions) == 0 {
+		return c.name
+	}
+	return c.functions[k%len(c.functions)]
 }
 
 // Metadata limits of the real API.
@@ -356,6 +367,9 @@ func (req *createRequest) parseTools(fields map[string]json.RawMessage) *apiErro
 			}
 			if req.call == nil {
 				req.call = &toolCallTarget{function: true, name: name}
+			}
+			if req.call.function {
+				req.call.functions = append(req.call.functions, name)
 			}
 		case "mcp":
 			label, ok, aerr := decodeString(tool, "server_label")
