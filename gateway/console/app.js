@@ -164,7 +164,9 @@ async function answer(div, body) {
   for (const b of div.querySelectorAll("button")) b.disabled = true;
   try {
     const reply = await api("POST", "/v1/runs/" + encodeURIComponent(id) + "/input", body);
-    div.querySelector(".note").textContent = reply.result === "accepted" ? "sent" : reply.result.replace("_", " ");
+    // The run's input.received may have come first (markAnswered): it
+    // says more than "sent" and stays.
+    if (!div.dataset.answered) div.querySelector(".note").textContent = reply.result === "accepted" ? "sent" : reply.result.replace("_", " ");
   } catch (e) {
     div.querySelector(".note").textContent = "not sent: " + e.message;
     for (const b of div.querySelectorAll("button")) b.disabled = false;
@@ -174,6 +176,7 @@ async function answer(div, body) {
 function markAnswered(ev) {
   const div = [...document.querySelectorAll("#run-asked .asked")].find((d) => d.dataset.itemId === ev.input.id);
   if (div) {
+    div.dataset.answered = "1";
     for (const b of div.querySelectorAll("button")) b.disabled = true;
     div.querySelector(".note").textContent = ev.input.kind === "approval" ? (ev.input.approve ? "approved" : "denied") : "output received";
   }
