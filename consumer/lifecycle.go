@@ -125,13 +125,8 @@ func claimStep(s *events.RunState, exists bool, o owner, digest string, timeout 
 // does not count time spent waiting) the deadline is set aside until the
 // next step starts.
 func pauseRun(s *events.RunState, o owner, step events.Step, items []events.InputItem, inputTimeout time.Duration, defaultDeadline bool, now time.Time) error {
-	switch {
-	case s.Finished():
-		return errFinished
-	case !o.owns(s):
-		return errNotOwner
-	case s.Cancel != nil:
-		return errCancelPending
+	if err := o.mayEndStep(s); err != nil {
+		return err
 	}
 	endStep(s, step, items)
 	s.Status = events.StatusWaiting
@@ -148,13 +143,10 @@ func pauseRun(s *events.RunState, o owner, step events.Step, items []events.Inpu
 	return nil
 }
 
-// nextStep records that the run's response (its current step) stopped on
-// items that are all answered already (the worker called the function
-// tools they name): the step is kept in Steps with its items in Asked, and
-// the run goes on to its next step without waiting. The owner gives the
-// run back (no owner, no response in flight, still running), so that the
-// job's next delivery creates the next step's response, from any worker.
-func nextStep(s *events.RunState, o owner, step events.Step, items []events.InputItem) error {
+// mayEndStep refuses to end the current step (pauseRun, nextStep) of a
+// finished run, of a run o does not own, or of one with a cancel on
+// record: the cancel ends the run instead.
+func (o owner) mayEndStep(s *events.RunState) error {
 	switch {
 	case s.Finished():
 		return errFinished
@@ -162,6 +154,19 @@ func nextStep(s *events.RunState, o owner, step events.Step, items []events.Inpu
 		return errNotOwner
 	case s.Cancel != nil:
 		return errCancelPending
+	}
+	return nil
+}
+
+// nextStep records that the run's response (its current step) stopped on
+// items that are all answered already (the worker called the function
+// tools they name): the step is kept in Steps with its items in Asked, and
+// the run goes on to its next step without waiting. The owner gives the
+// run back (no owner, no response in flight, still running), so that the
+// job's next delivery creates the next step's response, from any worker.
+func nextStep(s *events.RunState, o owner, step events.Step, items []events.InputItem) error {
+	if err := o.mayEndStep(s); err != nil {
+		return err
 	}
 	endStep(s, step, items)
 	s.Step++
