@@ -420,13 +420,18 @@ func (r *run) endHandOff(note string) {
 	r.logger().Info().Msg(note)
 }
 
-// release gives the run back in its record (releaseRun). A release that
-// does not land is counted as a vanished owner by the next claim.
-func (r *run) release(failure string) {
+// release gives the run back in its record (releaseRun), its job due again
+// after delay. A release that does not land is counted as a vanished owner
+// by the next claim.
+func (r *run) release(failure string, delay time.Duration) {
 	ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
 	defer cancel()
+	var retryAt time.Time
+	if delay > 0 {
+		retryAt = time.Now().Add(delay).UTC()
+	}
 	_, err := r.w.states.Upsert(ctx, r.id, func(s *events.RunState, _ bool) error {
-		return releaseRun(s, r.owner, failure)
+		return releaseRun(s, r.owner, failure, retryAt, r.w.maxFailures())
 	})
 	if err != nil && !isDecision(err) {
 		r.logger().Warn().Err(err).Msg("release the run in the state bucket")

@@ -100,6 +100,7 @@ func claimStep(s *events.RunState, exists bool, o owner, digest string, timeout 
 	}
 	s.Schema = max(s.Schema, baseSchema)
 	s.Digest = digest
+	s.RetryAt = nil
 	s.Status = events.StatusRunning
 	if s.Cancel != nil {
 		s.Status = events.StatusCancelling
@@ -308,9 +309,12 @@ func markStalled(s *events.RunState, o owner, at *time.Time) error {
 	return nil
 }
 
-// releaseRun gives the run back to the queue: at shutdown (failure "") or
-// after a failed attempt that will be retried (failure says why).
-func releaseRun(s *events.RunState, o owner, failure string) error {
+// releaseRun gives the run back to the queue: at shutdown or for rate
+// limits (failure "") or after a failed attempt that will be retried
+// (failure says why). A failed attempt records when its job is delivered
+// again (retryAt; zero: at once) and how many failed attempts end the run,
+// so that a watcher can say when the next try comes.
+func releaseRun(s *events.RunState, o owner, failure string, retryAt time.Time, maxFailures int) error {
 	switch {
 	case s.Finished():
 		return errFinished
@@ -318,9 +322,14 @@ func releaseRun(s *events.RunState, o owner, failure string) error {
 		return errNotOwner
 	}
 	s.Owner = ""
+	s.RetryAt = nil
 	if failure != "" {
 		s.Failures++
 		s.LastError = failure
+		s.MaxFailures = maxFailures
+		if !retryAt.IsZero() {
+			s.RetryAt = &retryAt
+		}
 	}
 	return nil
 }

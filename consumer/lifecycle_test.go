@@ -217,17 +217,67 @@ func TestRecordCancel(t *testing.T) {
 }
 
 func TestReleaseRun(t *testing.T) {
+	next := t0.Add(4 * time.Second)
+	retrying := running()
+	retrying.Failures, retrying.LastError, retrying.RetryAt, retrying.MaxFailures = 1, "server_error", ptr(t0), 10
+	tests := []struct {
+		name    string
+		state   events.RunState
+		by      owner
+		failure string
+		retryAt time.Time
+		err     error
+		check   func(t *testing.T, s events.RunState)
+	}{
+		{name: "hand-off", state: running(), by: me, retryAt: next, check: func(t *testing.T, s events.RunState) {
+			if s.Owner != "" || s.Failures != 0 || s.RetryAt != nil || s.MaxFailures != 0 {
+				t.Fatalf("a hand-off counted as a failure, or set a retry time: %+v", s)
+			}
+		}},
+		{name: "failed attempt", state: running(), by: me, failure: "server_error", retryAt: next, check: func(t *testing.T, s events.RunState) {
+			if s.Owner != "" || s.Failures != 1 || s.LastError != "server_error" || s.RetryAt == nil || !s.RetryAt.Equal(next) || s.MaxFailures != 10 {
+				t.Fatalf("%+v", s)
+			}
+		}},
+		{name: "failed attempt retried at once", state: running(), by: me, failure: "reset", check: func(t *testing.T, s events.RunState) {
+			if s.Failures != 1 || s.RetryAt != nil {
+				t.Fatalf("%+v", s)
+			}
+		}},
+		{name: "hand-off of a run that failed before: the old retry time goes", state: retrying, by: me, check: func(t *testing.T, s events.RunState) {
+			if s.Failures != 1 || s.RetryAt != nil || s.LastError != "server_error" {
+				t.Fatalf("%+v", s)
+			}
+		}},
+		{name: "zombie", state: running(), by: owner{"w2", 3}, failure: "x", retryAt: next, err: errNotOwner, check: func(t *testing.T, s events.RunState) {
+			if s.Owner != "w1" || s.RetryAt != nil {
+				t.Fatalf("%+v", s)
+			}
+		}},
+		{name: "finished", state: finished(events.TypeRunCompleted), by: me, failure: "x", retryAt: next, err: errFinished},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.state
+			err := releaseRun(&s, tt.by, tt.failure, tt.retryAt, 10)
+			if !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
+				t.Fatalf("err %v, want %v", err, tt.err)
+			}
+			if tt.check != nil {
+				tt.check(t, s)
+			}
+		})
+	}
+}
+
+// The next claim clears the retry time: the try it announced has come.
+func TestClaimClearsTheRetryTime(t *testing.T) {
 	s := running()
-	if err := releaseRun(&s, me, ""); err != nil || s.Owner != "" || s.Failures != 0 {
-		t.Fatalf("hand-off: %v %+v", err, s)
+	if err := releaseRun(&s, me, "server_error", t0.Add(time.Second), 10); err != nil {
+		t.Fatal(err)
 	}
-	s = running()
-	if err := releaseRun(&s, me, "server_error"); err != nil || s.Owner != "" || s.Failures != 1 || s.LastError != "server_error" {
-		t.Fatalf("failed attempt: %v %+v", err, s)
-	}
-	s = running()
-	if err := releaseRun(&s, owner{"w2", 3}, "x"); !errors.Is(err, errNotOwner) || s.Owner != "w1" {
-		t.Fatalf("zombie release: %v %+v", err, s)
+	if err := claimRun(&s, true, owner{"w2", 4}, "d", 0, t0.Add(2*time.Second)); err != nil || s.RetryAt != nil || s.Failures != 1 {
+		t.Fatalf("%v %+v", err, s)
 	}
 }
 
@@ -357,7 +407,7 @@ func TestClaimRecordsTheDeadline(t *testing.T) {
 	if err := claimRun(&s, false, me, "d", time.Minute, t0); err != nil || s.Deadline == nil || !s.Deadline.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("%v, deadline %v; want started + 1m", err, s.Deadline)
 	}
-	releaseRun(&s, me, "")
+	releaseRun(&s, me, "", time.Time{}, 0)
 	// A later owner neither moves nor extends it.
 	if err := claimRun(&s, true, owner{worker: "w2", attempt: 4}, "d", time.Hour, t0.Add(30*time.Second)); err != nil || !s.Deadline.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("%v, deadline %v; want it unchanged", err, s.Deadline)

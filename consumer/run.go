@@ -317,7 +317,7 @@ func (r *run) end(e ending) {
 		}
 	}
 	if e.release {
-		r.release(e.failure)
+		r.release(e.failure, e.delay)
 	}
 	r.settle(e)
 }

@@ -6,6 +6,8 @@
 #   bash deploy/build-images.sh            # foundryq:dev and foundryq-nats:dev
 #   FOUNDRYQ_IMAGE_TAG=v1 FOUNDRYQ_IMAGE_PREFIX=myacr.azurecr.io/ bash deploy/build-images.sh
 #
+# deploy/up.sh runs it, then starts docker-compose.yml with the images.
+#
 # Settings (environment):
 #   FOUNDRYQ_IMAGE_TAG     image tag (default dev)
 #   FOUNDRYQ_IMAGE_PREFIX  registry/namespace prefix, with its trailing slash (default none)

@@ -140,7 +140,7 @@ func startCluster(ctx context.Context, t *testing.T, dockerHost string, compose 
 	// them, and the clients reconnect to the same addresses.
 	free := freePorts(t, len(vars))
 	c.env = append(withoutEnv(os.Environ(), "ROUTE_CERTS_DIR"), "DOCKER_HOST="+dockerHost,
-		"WORKER_PASSWORD=w"+randomHex(t, 12), "CLIENT_PASSWORD=c"+randomHex(t, 12), "GATEWAY_PASSWORD=g"+randomHex(t, 12), "ROUTE_PASSWORD=r"+randomHex(t, 12),
+		"WORKER_PASSWORD=w"+randomHex(t, 12), "CLIENT_PASSWORD=c"+randomHex(t, 12), "GATEWAY_PASSWORD=g"+randomHex(t, 12), "TOOLS_PASSWORD=t"+randomHex(t, 12), "ROUTE_PASSWORD=r"+randomHex(t, 12),
 		"FOUNDRYQ_IMAGE_PREFIX=", "FOUNDRYQ_IMAGE_TAG="+img.tag)
 	for i, v := range vars {
 		c.ports[v] = strconv.Itoa(free[i])

@@ -331,15 +331,18 @@ var configSecrets = map[string][]string{
 	"WORKER_PASSWORD":         {"nats-server.conf", "cluster.conf", "nats-server-tls.conf"},
 	"CLIENT_PASSWORD":         {"nats-server.conf", "cluster.conf", "nats-server-tls.conf"},
 	"GATEWAY_PASSWORD":        {"nats-server.conf", "cluster.conf", "nats-server-tls.conf"},
+	"TOOLS_PASSWORD":          {"nats-server.conf", "cluster.conf", "nats-server-tls.conf"},
 	"ROUTE_PASSWORD":          {"cluster.conf"},
 	"ROUTE_URL_1":             {"cluster.conf"},
 	"JETSTREAM_KEY":           {"nats-server-tls.conf"},
 	"TEAM_A_WORKER_PASSWORD":  {"tenants.conf"},
 	"TEAM_A_CLIENT_PASSWORD":  {"tenants.conf"},
 	"TEAM_A_GATEWAY_PASSWORD": {"tenants.conf"},
+	"TEAM_A_TOOLS_PASSWORD":   {"tenants.conf"},
 	"TEAM_B_WORKER_PASSWORD":  {"tenants.conf"},
 	"TEAM_B_CLIENT_PASSWORD":  {"tenants.conf"},
 	"TEAM_B_GATEWAY_PASSWORD": {"tenants.conf"},
+	"TEAM_B_TOOLS_PASSWORD":   {"tenants.conf"},
 }
 
 // routeURLs sets cluster.conf's route URLs as compose.cluster.yml does,

@@ -70,6 +70,7 @@ func TestContainers(t *testing.T) {
 	t.Run("worker may not store cancels or send clients' requests", s.testWorkerDenied)
 	t.Run("anonymous connections are refused", s.testAnonymous)
 	t.Run("the gateway role reads a queued run's time, not worker subjects", s.testGatewayRole)
+	t.Run("the tools role serves a worker's call, and reads no events", s.testToolsRole)
 	t.Run("an empty password stops the NATS image", func(t *testing.T) { testEmptyPassword(t, img) })
 	t.Run("dev.conf runs JetStream without auth", func(t *testing.T) { testDevConf(t, img) })
 	t.Run("the image's nats-server-tls.conf serves mutual TLS", func(t *testing.T) { testTLSConf(t, img) })
@@ -209,7 +210,7 @@ type stack struct {
 	natsURL, monitorURL  string                                     // mapped ports, no credentials
 	emulatorURL          string
 	workerPass, clientPW string
-	gatewayPW            string
+	gatewayPW, toolsPW   string
 
 	nc       *nats.Conn // the client user
 	js       jetstream.JetStream
@@ -224,7 +225,7 @@ func startStack(t *testing.T, img images) *stack {
 	defer cancel()
 	// Passwords start with a letter: nats-server parses the value of an
 	// environment variable as a config token.
-	s := &stack{img: img, workerPass: "w" + randomHex(t, 12), clientPW: "c" + randomHex(t, 12), gatewayPW: "g" + randomHex(t, 12), workers: map[string]*testcontainers.DockerContainer{}}
+	s := &stack{img: img, workerPass: "w" + randomHex(t, 12), clientPW: "c" + randomHex(t, 12), gatewayPW: "g" + randomHex(t, 12), toolsPW: "t" + randomHex(t, 12), workers: map[string]*testcontainers.DockerContainer{}}
 
 	nw, err := network.New(ctx)
 	if err != nil {
@@ -236,7 +237,7 @@ func startStack(t *testing.T, img images) *stack {
 	step(t, "start NATS (nats-server.conf), the emulator and two workers on network %s", nw.Name)
 	s.nats = run(ctx, t, "nats", img.nats,
 		network.WithNetwork([]string{"nats"}, nw),
-		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW, "GATEWAY_PASSWORD": s.gatewayPW}),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW, "GATEWAY_PASSWORD": s.gatewayPW, "TOOLS_PASSWORD": s.toolsPW}),
 		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
 		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
 	)
@@ -945,7 +946,7 @@ func testTLSConf(t *testing.T, img images) {
 	ctr := run(ctx, t, "nats-tls", img.nats,
 		testcontainers.WithCmd("--config", "/etc/nats/nats-server-tls.conf"),
 		testcontainers.WithFiles(files...),
-		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": clientPW, "GATEWAY_PASSWORD": "g" + randomHex(t, 12), "JETSTREAM_KEY": "k" + randomHex(t, 16)}),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": clientPW, "GATEWAY_PASSWORD": "g" + randomHex(t, 12), "TOOLS_PASSWORD": "t" + randomHex(t, 12), "JETSTREAM_KEY": "k" + randomHex(t, 16)}),
 		testcontainers.WithExposedPorts("4222/tcp"),
 		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
 	)
@@ -1016,6 +1017,31 @@ func (s *stack) testGatewayRole(t *testing.T) {
 	expectViolation(t, errs, names.NoticeSubject("gw-container"))
 }
 
+// testToolsRole serves a function tool as the tools user of the image's
+// nats-server.conf: a call made as the worker user gets its answer (and
+// the progress before it), and the tools user may not read run events.
+func (s *stack) testToolsRole(t *testing.T) {
+	dial := func(user, password string) *natsUser {
+		u, err := dialURL(s.natsURL, user, password)
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(u.nc.Close)
+		return u
+	}
+	toolsUser, worker := dial("tools", s.toolsPW), dial("worker", s.workerPass)
+	names := events.Names{}
+	probe := serveProbe(t, toolsUser, "container_probe", "probed")
+	reply := callTool(t, worker, names, "container_probe", "container-tool-run", "call_c", `{}`)
+	probe.nextStart(t)
+	if answer := progressThenAnswer(t, reply, 1, func() { probe.release <- struct{}{} }); string(answer.Data) != "probed" {
+		t.Fatalf("the call answered %q %v", answer.Data, answer.Header)
+	}
+	toolsUser.clean(t)
+	worker.clean(t)
+	toolsUser.subDenied(t, names.EventsWildcard())
+}
+
 // testEmptyPassword: the NATS image refuses to start nats-server.conf
 // with a password variable set but empty (its entrypoint, nats-guard),
 // where nats-server alone would let anyone log in as that user.
@@ -1023,7 +1049,7 @@ func testEmptyPassword(t *testing.T, img images) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	ctr := run(ctx, t, "nats-empty-password", img.nats,
-		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": "", "GATEWAY_PASSWORD": "g" + randomHex(t, 12)}),
+		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": "w" + randomHex(t, 12), "CLIENT_PASSWORD": "", "GATEWAY_PASSWORD": "g" + randomHex(t, 12), "TOOLS_PASSWORD": "t" + randomHex(t, 12)}),
 		testcontainers.WithWaitStrategy(wait.ForExit().WithExitTimeout(startTimeout)),
 	)
 	state, err := ctr.State(ctx)

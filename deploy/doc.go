@@ -6,9 +6,9 @@
 //
 //	Dockerfile             foundryq image, FROM scratch (binary built by build-images.sh)
 //	nats/Dockerfile        nats-server image, FROM scratch
-//	nats/nats-server.conf  NATS with JetStream, monitoring and the worker/client users
+//	nats/nats-server.conf  NATS with JetStream, monitoring and the worker, client, gateway and tools users
 //	nats/nats-server-tls.conf  the same with mutual TLS and an encrypted store
-//	nats/tenants.conf      an account per team, each with its worker and client users
+//	nats/tenants.conf      an account per team, each with its worker, client, gateway and tools users
 //	nats/dev.conf          NATS with JetStream and no authentication (docker-compose.yml)
 //	nats/cluster.conf      a node of a three-node cluster: routes over mutual TLS with a password
 //	nats/routecerts        go run ./deploy/nats/routecerts -dir DIR: the route TLS files

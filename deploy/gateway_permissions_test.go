@@ -25,7 +25,7 @@ import (
 // an event stream, a cancel) and checks that the server refused the
 // gateway nothing, then that it refuses what the gateway has no use for.
 func TestGatewayPermissions(t *testing.T) {
-	s := startConfig(t, "nats-server.conf", map[string]string{"WORKER_PASSWORD": "workerpw1", "CLIENT_PASSWORD": "clientpw1", "GATEWAY_PASSWORD": "gatewaypw1"})
+	s := startConfig(t, "nats-server.conf", serverConfPasswords)
 	emu := emulator(t)
 	worker := connectAs(t, s, "worker", "workerpw1")
 	names := provisionAs(t, worker, "")

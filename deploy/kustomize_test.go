@@ -129,7 +129,8 @@ func envValues(container map[string]any) map[string]string {
 }
 
 // TestNATSNetworkPolicy: kubectl apply -k deploy/k8s/nats-network admits
-// to the NATS pods only the foundryq pods on 4222, the other NATS pods on
+// to the NATS pods only the foundryq pods and the tool servers (pods and
+// namespace labelled for it) on 4222, the other NATS pods on
 // 6222 and KEDA on 8222: no rule lets everyone in, no other port is open.
 func TestNATSNetworkPolicy(t *testing.T) {
 	docs := kustomizeBuild(t, "nats-network")
@@ -144,7 +145,8 @@ func TestNATSNetworkPolicy(t *testing.T) {
 		t.Errorf("podSelector %v, want the NATS pods", sel)
 	}
 	want := map[int]string{
-		4222: `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"foundryq"}},"podSelector":{"matchExpressions":[{"key":"app.kubernetes.io/name","operator":"In","values":["foundryq-worker","foundryq-gateway"]}]}}]`,
+		4222: `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"foundryq"}},"podSelector":{"matchExpressions":[{"key":"app.kubernetes.io/name","operator":"In","values":["foundryq-worker","foundryq-gateway"]}]}},` +
+			`{"namespaceSelector":{"matchLabels":{"foundryq.io/tools":"enabled"}},"podSelector":{"matchLabels":{"foundryq.io/nats-role":"tools"}}}]`,
 		6222: `[{"podSelector":{"matchLabels":{"app.kubernetes.io/name":"nats"}}}]`,
 		8222: `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"keda"}}}]`,
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/tools"
 )
 
 // Helpers for the tests that run a shipped NATS config in process: no
@@ -77,8 +78,13 @@ func connectAs(t *testing.T, s *natsembed.Server, user, password string, opts ..
 
 // dialAs is connectAs that returns the connection error.
 func dialAs(s *natsembed.Server, user, password string, opts ...nats.Option) (*natsUser, error) {
+	return dialURL(s.ClientURL(), user, password, opts...)
+}
+
+// dialURL is dialAs for the server at serverURL (no credentials in it).
+func dialURL(serverURL, user, password string, opts ...nats.Option) (*natsUser, error) {
 	u := &natsUser{name: user}
-	url := strings.Replace(s.ClientURL(), "://", "://"+user+":"+password+"@", 1)
+	url := strings.Replace(serverURL, "://", "://"+user+":"+password+"@", 1)
 	opts = append([]nats.Option{nats.Name("deploy-test-" + user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		u.mu.Lock()
 		u.errs = append(u.errs, err)
@@ -325,4 +331,128 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// queueSubDenied joins queue on subject and waits for the server to refuse
+// it.
+func (u *natsUser) queueSubDenied(t *testing.T, subject, queue string) {
+	t.Helper()
+	sub, err := u.nc.QueueSubscribe(subject, queue, func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	u.waitViolation(t, "Subscription", subject)
+}
+
+// probeTool is a function tool served with package tools as one user: each
+// call is reported on started, and waits until a value on release (then
+// answers answer) or the end of its ctx (then reports the cause on ended
+// and fails).
+type probeTool struct {
+	svc     *tools.Service
+	started chan tools.Call
+	release chan struct{}
+	ended   chan error
+}
+
+// serveProbe serves the tool name as u (progress messages every 20 ms)
+// until the end of the test.
+func serveProbe(t *testing.T, u *natsUser, name, answer string) *probeTool {
+	t.Helper()
+	p := &probeTool{started: make(chan tools.Call, 16), release: make(chan struct{}), ended: make(chan error, 16)}
+	svc, err := tools.Serve(u.nc, name, func(ctx context.Context, call tools.Call) (string, error) {
+		p.started <- call
+		select {
+		case <-p.release:
+			return answer, nil
+		case <-ctx.Done():
+			p.ended <- context.Cause(ctx)
+			return "", context.Cause(ctx)
+		}
+	}, tools.WithHeartbeat(20*time.Millisecond))
+	if err != nil {
+		t.Fatalf("serve tool %s as %s: %v (refusals: %v)", name, u.name, err, u.recorded())
+	}
+	p.svc = svc
+	t.Cleanup(func() { _ = svc.Stop() })
+	return p
+}
+
+// nextStart waits for the next call of the tool to start.
+func (p *probeTool) nextStart(t *testing.T) tools.Call {
+	t.Helper()
+	select {
+	case c := <-p.started:
+		return c
+	case <-time.After(deniedWait):
+		t.Fatal("no call of the tool started")
+		return tools.Call{}
+	}
+}
+
+// idle checks that no call of the tool has started.
+func (p *probeTool) idle(t *testing.T, who string) {
+	t.Helper()
+	select {
+	case c := <-p.started:
+		t.Fatalf("%s: the tool took a call it should never see: %+v", who, c)
+	default:
+	}
+}
+
+// callTool sends a call of tool as a worker does: a request on
+// <prefix>.tools.<tool> with the call's headers, the replies (progress,
+// then the answer) on u's inbox, read from the returned subscription.
+func callTool(t *testing.T, u *natsUser, names events.Names, tool, runID, callID, args string) *nats.Subscription {
+	t.Helper()
+	inbox := u.nc.NewInbox()
+	sub, err := u.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	m := nats.NewMsg(names.ToolSubject(tool))
+	m.Reply, m.Data = inbox, []byte(args)
+	m.Header.Set(events.HeaderToolRunID, runID)
+	m.Header.Set(events.HeaderToolCallID, callID)
+	m.Header.Set(events.HeaderToolName, tool)
+	m.Header.Set(events.HeaderToolDeadline, time.Now().Add(2*deniedWait).UTC().Format(time.RFC3339Nano))
+	if err := u.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// progressThenAnswer reads the replies of a call: it counts the progress
+// messages until want of them arrived, calls then (which makes the tool
+// answer), and returns the final answer.
+func progressThenAnswer(t *testing.T, sub *nats.Subscription, want int, then func()) *nats.Msg {
+	t.Helper()
+	progress := 0
+	for {
+		m, err := sub.NextMsg(deniedWait)
+		if err != nil {
+			t.Fatalf("reply %d of the call: %v", progress+1, err)
+		}
+		if m.Header.Get(events.HeaderToolStatus) != events.ToolStatusWorking {
+			if progress < want {
+				t.Fatalf("answer after %d progress messages, want %d first: %q %v", progress, want, m.Data, m.Header)
+			}
+			return m
+		}
+		if progress++; progress == want {
+			then()
+		}
+	}
+}
+
+// cancelToolCall publishes the cancel message of a call as a worker does.
+func cancelToolCall(t *testing.T, u *natsUser, names events.Names, runID, callID string) {
+	t.Helper()
+	m := nats.NewMsg(names.ToolCancelSubject(runID))
+	m.Header.Set(events.HeaderToolCallID, callID)
+	if err := u.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -9,10 +9,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/tools"
 )
+
+// serverConfPasswords are the password variables of nats-server.conf for
+// the tests that run it in process.
+var serverConfPasswords = map[string]string{"WORKER_PASSWORD": "workerpw1", "CLIENT_PASSWORD": "clientpw1", "GATEWAY_PASSWORD": "gatewaypw1", "TOOLS_PASSWORD": "toolspw1"}
 
 // TestPermissions runs nats-server from the shipped nats-server.conf (in
 // process: no Docker) with a real worker connected as "worker", and checks
@@ -21,7 +27,7 @@ import (
 // client must not do is refused by the server, as are the things a worker
 // has no use for.
 func TestPermissions(t *testing.T) {
-	s := startConfig(t, "nats-server.conf", map[string]string{"WORKER_PASSWORD": "workerpw1", "CLIENT_PASSWORD": "clientpw1", "GATEWAY_PASSWORD": "gatewaypw1"})
+	s := startConfig(t, "nats-server.conf", serverConfPasswords)
 	emu := emulator(t)
 
 	worker := connectAs(t, s, "worker", "workerpw1")
@@ -479,6 +485,152 @@ func TestPermissions(t *testing.T) {
 			t.Fatal("wrong password accepted")
 		}
 	})
+}
+
+// TestToolsPermissions runs nats-server.conf with a function tool served
+// as the "tools" user (package tools) and checks the roles around it: a
+// worker calls it end to end (progress messages and the answer reach the
+// worker's inbox) and cancels a call in flight; nats micro's discovery
+// answers; the tools user reads and writes nothing else of foundryq; and
+// clients and the gateway can neither read the calls (their arguments)
+// nor make any, nor cancel one.
+func TestToolsPermissions(t *testing.T) {
+	s := startConfig(t, "nats-server.conf", serverConfPasswords)
+	worker := connectAs(t, s, "worker", "workerpw1")
+	names := provisionAs(t, worker, "")
+	toolsUser := connectAs(t, s, "tools", "toolspw1")
+	weather := serveProbe(t, toolsUser, "get_weather", `{"temp_c":21}`)
+
+	t.Run("worker: calls a tool served by the tools user", func(t *testing.T) {
+		sub := callTool(t, worker, names, "get_weather", "tool-run", "call_1", `{"city":"Paris"}`)
+		call := weather.nextStart(t)
+		if call.RunID != "tool-run" || call.CallID != "call_1" || string(call.Arguments) != `{"city":"Paris"}` {
+			t.Fatalf("the tool got %+v", call)
+		}
+		// Several replies to one request: progress messages, then the answer.
+		answer := progressThenAnswer(t, sub, 3, func() { weather.release <- struct{}{} })
+		if string(answer.Data) != `{"temp_c":21}` || answer.Header.Get(micro.ErrorHeader) != "" {
+			t.Fatalf("answer %q %v", answer.Data, answer.Header)
+		}
+	})
+
+	t.Run("worker: cancels a call in flight", func(t *testing.T) {
+		sub := callTool(t, worker, names, "get_weather", "tool-cancelled", "call_2", `{}`)
+		weather.nextStart(t)
+		cancelToolCall(t, worker, names, "tool-cancelled", "call_2")
+		select {
+		case cause := <-weather.ended:
+			if !errors.Is(cause, tools.ErrCancelled) {
+				t.Fatalf("the call ended by %v, want tools.ErrCancelled", cause)
+			}
+		case <-time.After(deniedWait):
+			t.Fatal("the cancel message did not reach the tool")
+		}
+		answer := progressThenAnswer(t, sub, 0, func() {})
+		if answer.Header.Get(micro.ErrorHeader) == "" {
+			t.Fatalf("the cancelled call answered %q %v, want an error reply", answer.Data, answer.Header)
+		}
+	})
+
+	t.Run("worker: a tool nobody serves has no responders", func(t *testing.T) {
+		ctx := testContext(t)
+		if _, err := worker.nc.RequestWithContext(ctx, names.ToolSubject("nobody_serves"), []byte(`{}`)); !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("call of a tool nobody serves: %v, want nats.ErrNoResponders", err)
+		}
+	})
+
+	// nats micro ls / info / stats, run with the tools user's credentials.
+	t.Run("tools: nats micro discovery", func(t *testing.T) {
+		x := connectAs(t, s, "tools", "toolspw1")
+		ctx := testContext(t)
+		for _, verb := range []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb} {
+			for _, name := range []string{"", "get_weather"} {
+				subject, err := micro.ControlSubject(verb, name, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := x.nc.RequestWithContext(ctx, subject, nil)
+				if err != nil {
+					t.Fatalf("%s: %v (refusals %v)", subject, err, x.recorded())
+				}
+				var info struct {
+					Name string `json:"name"`
+					ID   string `json:"id"`
+				}
+				if err := json.Unmarshal(m.Data, &info); err != nil || info.Name != "get_weather" || info.ID != weather.svc.Micro().Info().ID {
+					t.Fatalf("%s answered %s (%v)", subject, m.Data, err)
+				}
+			}
+		}
+		x.clean(t)
+	})
+
+	t.Run("tools and worker: nothing they did was refused", func(t *testing.T) {
+		toolsUser.clean(t)
+		worker.clean(t)
+	})
+
+	t.Run("tools may not", func(t *testing.T) {
+		x := connectAs(t, s, "tools", "toolspw1")
+		t.Run("read events, runs, state, answers, cancels or other inboxes", func(t *testing.T) {
+			for _, subject := range []string{names.EventSubject("*"), names.RunSubject("*"), "$KV.>", names.InputSubject("*"), names.InputRecordsWildcard(),
+				names.CancelSubject("*"), names.CancelRecordsWildcard(), names.NoticeWildcard(), names.WatchSubject("*"), "foundryq.live.*", "_INBOX.worker.>", "_INBOX.>", ">"} {
+				x.subDenied(t, subject)
+			}
+		})
+		// Calls come to a tool in micro's queue group: a tools user cannot
+		// copy every call (its arguments) of every tool.
+		t.Run("hear other tools' calls outside the queue group", func(t *testing.T) {
+			x.subDenied(t, names.ToolSubject("get_weather"))
+			x.subDenied(t, "foundryq.tools.>")
+			x.queueSubDenied(t, names.ToolSubject("get_weather"), "spy")
+		})
+		t.Run("submit, cancel, answer, publish events or touch streams", func(t *testing.T) {
+			x.denied(t, names.RunSubject("forged"), func(ctx context.Context) error {
+				_, err := x.js.Publish(ctx, names.RunSubject("forged"), []byte(`{"run_id":"forged","model":"m","input":"hi"}`))
+				return err
+			})
+			for _, subject := range []string{names.CancelSubject("forged"), names.InputSubject("forged"), names.EventSubject("forged"), names.NoticeSubject("forged"),
+				"$JS.API.STREAM.INFO." + names.RunsStream(), "$JS.API.DIRECT.GET." + names.EventsStream() + "." + names.EventSubject("forged")} {
+				x.denied(t, subject, func(ctx context.Context) error {
+					_, err := x.request(ctx, subject, map[string]any{})
+					return err
+				})
+			}
+		})
+		t.Run("call a tool or cancel a call", func(t *testing.T) {
+			for _, subject := range []string{names.ToolSubject("get_weather"), names.ToolCancelSubject("tool-run")} {
+				x.denied(t, subject, func(ctx context.Context) error {
+					_, err := x.nc.RequestWithContext(ctx, subject, []byte(`{}`))
+					return err
+				})
+			}
+			weather.idle(t, "tools")
+		})
+	})
+
+	for _, role := range []struct{ user, password string }{{"client", "clientpw1"}, {"gateway", "gatewaypw1"}, {"worker", "workerpw1"}} {
+		t.Run(role.user+" may not serve a tool or hear its calls", func(t *testing.T) {
+			x := connectAs(t, s, role.user, role.password)
+			x.subDenied(t, "foundryq.tools.>")
+			x.subDenied(t, names.ToolSubject("get_weather"))
+			x.subDenied(t, names.ToolCancelWildcard())
+			x.queueSubDenied(t, names.ToolSubject("get_weather"), "q")
+			x.subDenied(t, "$SRV.>")
+		})
+	}
+	for _, role := range []struct{ user, password string }{{"client", "clientpw1"}, {"gateway", "gatewaypw1"}} {
+		t.Run(role.user+" may not call a tool or cancel a call", func(t *testing.T) {
+			x := connectAs(t, s, role.user, role.password)
+			for _, subject := range []string{names.ToolSubject("get_weather"), names.ToolCancelSubject("tool-run")} {
+				x.denied(t, subject, func(ctx context.Context) error {
+					_, err := x.nc.RequestWithContext(ctx, subject, []byte(`{}`))
+					return err
+				})
+			}
+			weather.idle(t, role.user)
+		})
+	}
 }
 
 func submit(t *testing.T, c *events.Client, id string, metadata map[string]string) {

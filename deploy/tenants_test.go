@@ -27,7 +27,7 @@ type tenant struct {
 func TestTenants(t *testing.T) {
 	s := startConfig(t, "tenants.conf", map[string]string{
 		"TEAM_A_WORKER_PASSWORD": "aworkerpw", "TEAM_A_CLIENT_PASSWORD": "aclientpw", "TEAM_A_GATEWAY_PASSWORD": "agatewaypw", "TEAM_B_GATEWAY_PASSWORD": "bgatewaypw",
-		"TEAM_B_WORKER_PASSWORD": "bworkerpw", "TEAM_B_CLIENT_PASSWORD": "bclientpw",
+		"TEAM_B_WORKER_PASSWORD": "bworkerpw", "TEAM_B_CLIENT_PASSWORD": "bclientpw", "TEAM_A_TOOLS_PASSWORD": "atoolspw", "TEAM_B_TOOLS_PASSWORD": "btoolspw",
 	})
 	emuA, emuB := emulator(t), emulator(t)
 	team := func(name, wpw, cpw string) *tenant {
@@ -179,6 +179,57 @@ func TestTenants(t *testing.T) {
 		aw.subDenied(t, "_INBOX.team-b-client.>")
 		aw.clean(t)
 		bw.clean(t)
+	})
+
+	// Tools are per account too: team A's tools user serves a tool of the
+	// same name as B's, and never receives B's calls or cancels.
+	t.Run("A's tools never receive B's calls", func(t *testing.T) {
+		aTools := connectAs(t, s, "team-a-tools", "atoolspw")
+		aLookup := serveProbe(t, aTools, "lookup", "a")
+		// Served in A only: B's worker finds nobody serving it.
+		ctx := testContext(t)
+		if _, err := b.worker.nc.RequestWithContext(ctx, b.names.ToolSubject("lookup"), []byte(`{}`)); !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("B's call of a tool only A serves: %v, want nats.ErrNoResponders", err)
+		}
+		aCancels := make(chan string, 16)
+		sub, err := aTools.nc.Subscribe(a.names.ToolCancelWildcard(), func(m *nats.Msg) { aCancels <- m.Subject })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := aTools.nc.FlushTimeout(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// B's own tools user gets B's call and cancel (the control) ...
+		bTools := connectAs(t, s, "team-b-tools", "btoolspw")
+		bLookup := serveProbe(t, bTools, "lookup", "b")
+		reply := callTool(t, b.worker, b.names, "lookup", "b-tool-run", "call_b", `{"q":"b"}`)
+		if call := bLookup.nextStart(t); call.RunID != "b-tool-run" {
+			t.Fatalf("B's tool got %+v", call)
+		}
+		if answer := progressThenAnswer(t, reply, 1, func() { bLookup.release <- struct{}{} }); string(answer.Data) != "b" {
+			t.Fatalf("B's call answered %q %v, want B's tool's answer", answer.Data, answer.Header)
+		}
+		bTools.subHears(t, b.names.ToolCancelWildcard(), b.names.ToolCancelSubject("b-tool-run"), func() {
+			cancelToolCall(t, b.worker, b.names, "b-tool-run", "call_b")
+		})
+		// ... and A's tool, served all along, got neither: A's own call and
+		// cancel, sent last, are the first it sees.
+		reply = callTool(t, a.worker, a.names, "lookup", "a-tool-run", "call_a", `{"q":"a"}`)
+		if call := aLookup.nextStart(t); call.RunID != "a-tool-run" {
+			t.Fatalf("A's tool got %+v, want A's own call only", call)
+		}
+		if answer := progressThenAnswer(t, reply, 1, func() { aLookup.release <- struct{}{} }); string(answer.Data) != "a" {
+			t.Fatalf("A's call answered %q %v", answer.Data, answer.Header)
+		}
+		cancelToolCall(t, a.worker, a.names, "a-tool-run", "call_a")
+		if got := <-aCancels; got != a.names.ToolCancelSubject("a-tool-run") {
+			t.Fatalf("A's tools user heard the cancel %s, want A's own first", got)
+		}
+		// Nor may it read B's workers' inboxes, where B's tools answer.
+		aTools.subDenied(t, "_INBOX.team-b-worker.>")
+		aTools.clean(t)
+		bTools.clean(t)
 	})
 
 	t.Run("neither team's users were refused anything they use", func(t *testing.T) {

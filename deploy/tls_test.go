@@ -24,7 +24,7 @@ import (
 func TestTLSConfig(t *testing.T) {
 	certs := tlstest.New(t)
 	conf := certs.ServerConfig(t, "nats", "nats-server-tls.conf")
-	env := map[string]string{"WORKER_PASSWORD": "workerpw2", "CLIENT_PASSWORD": "clientpw2", "GATEWAY_PASSWORD": "gatewaypw2", "JETSTREAM_KEY": "jskey0123456789"}
+	env := map[string]string{"WORKER_PASSWORD": "workerpw2", "CLIENT_PASSWORD": "clientpw2", "GATEWAY_PASSWORD": "gatewaypw2", "TOOLS_PASSWORD": "toolspw2", "JETSTREAM_KEY": "jskey0123456789"}
 	s := startConfigFile(t, conf, env)
 	if !strings.HasPrefix(s.ClientURL(), "tls://") {
 		t.Fatalf("client URL %s, want tls://", s.ClientURL())
@@ -91,7 +91,7 @@ func TestTLSConfig(t *testing.T) {
 // TestPlainStoreShowsRequests is the control of "the store is encrypted":
 // with nats-server.conf the same scan finds the request.
 func TestPlainStoreShowsRequests(t *testing.T) {
-	s := startConfig(t, "nats-server.conf", map[string]string{"WORKER_PASSWORD": "workerpw3", "CLIENT_PASSWORD": "clientpw3", "GATEWAY_PASSWORD": "gatewaypw3"})
+	s := startConfig(t, "nats-server.conf", map[string]string{"WORKER_PASSWORD": "workerpw3", "CLIENT_PASSWORD": "clientpw3", "GATEWAY_PASSWORD": "gatewaypw3", "TOOLS_PASSWORD": "toolspw3"})
 	worker := connectAs(t, s, "worker", "workerpw3")
 	provisionAs(t, worker, "")
 	client := connectAs(t, s, "client", "clientpw3")

@@ -22,6 +22,7 @@ import (
 //	foundry/foundrytest          the emulator: foundry, internal/*
 //	consumer                     the worker: events, foundry, internal/*
 //	gateway                      the HTTP face: events, foundry, internal/*
+//	tools                        function tools served over NATS: events, internal/*
 //	devstack                     the dev/test harness: consumer, events, foundry, foundrytest, internal/*
 //	cmd/foundryq/internal/bench  the benchmark: events, foundry, foundrytest, internal/*
 //	cmd/...                      the command: anything
@@ -34,6 +35,7 @@ var layers = []layer{
 	{"devstack/...", []string{"consumer", "events", "foundry", "foundry/foundrytest", "internal/..."}},
 	{"gateway/...", []string{"events", "foundry", "internal/..."}},
 	{"consumer", []string{"events", "foundry", "internal/..."}},
+	{"tools", []string{"events", "internal/..."}},
 	{"events", []string{"internal/..."}},
 	{"foundry/conformance", []string{"foundry", "foundry/foundrytest", "internal/..."}},
 	{"foundry/foundrytest", []string{"foundry", "internal/..."}},

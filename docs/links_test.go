@@ -20,7 +20,7 @@ var pages = []string{"README.md", "CONTRIBUTING.md", "deploy/README.md"}
 
 // maxReadmeLines bounds README.md: a newcomer reads it in five minutes; the
 // rest belongs in docs/.
-const maxReadmeLines = 300
+const maxReadmeLines = 310 // 300, and the Docker Compose section (issue 24)
 
 func repoPages(t *testing.T, repo fs.FS) []string {
 	t.Helper()

@@ -69,6 +69,14 @@ type RunState struct {
 	// vanished); hand-offs and lease renewals do not count.
 	Failures  int    `json:"failures,omitempty"`
 	LastError string `json:"last_error,omitempty"` // why the last failed attempt failed
+	// RetryAt is when the job of a run given back after a failed attempt
+	// is delivered again (absent otherwise: cleared when a worker takes the
+	// run, or gives it back without a failure); MaxFailures is how many
+	// failed attempts end the run, as the worker that gave it back counts
+	// them. Together with Failures they let a watcher say "attempt 2 of 10
+	// failed; next try in 4s".
+	RetryAt     *time.Time `json:"retry_at,omitempty"`
+	MaxFailures int        `json:"max_failures,omitempty"`
 	// CreateStartedAt is set before the upstream create is sent; with no
 	// ResponseID it means a response may exist that nobody knows the id of.
 	CreateStartedAt *time.Time    `json:"create_started_at,omitempty"`

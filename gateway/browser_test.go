@@ -51,10 +51,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	const token = "console-test-token"
 	g := startGateway(t, gateway.Config{Tenants: []gateway.Tenant{{Name: "ops", Conn: nc, TokenSHA256: []string{gateway.HashToken(token)}}}}, nil)
 	auth := []string{"Authorization", "Bearer " + token}
-	for _, input := range []string{"Summarise the ticket", "Draft a reply"} {
+	// A run id as people write them, and one as the gateway makes them.
+	const typicalID = "run-20261203-abc123"
+	var madeID string
+	for i, input := range []string{"Summarise the ticket", "Draft a reply"} {
 		req := runRequest(nil)
 		req["input"] = input
-		e.watchAll(g.create(t, req, auth...).RunID)
+		if i == 0 {
+			req["run_id"] = typicalID
+		}
+		id := g.create(t, req, auth...).RunID
+		e.watchAll(id)
+		madeID = id
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -93,6 +101,21 @@ func TestConsoleInBrowser(t *testing.T) {
 	run("open the console", chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#auth")))
 	run("sign in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#save-token")))
 	waitJS("the run list", `document.querySelectorAll("#runs tbody tr").length >= 2`)
+	for _, id := range []string{typicalID, madeID} {
+		// The whole id shows, on one line, inside the list: not cut off.
+		cell := `[...document.querySelectorAll("#runs tbody tr")].find(r => r.dataset.runId === ` + jsString(id) + `).cells[0]`
+		waitJS("the full run id "+id+" in the list", `(() => { const td = `+cell+`;
+			const r = document.createRange(); r.selectNodeContents(td);
+			return td.textContent === `+jsString(id)+` && td.title === `+jsString(id)+` && td.scrollWidth <= td.clientWidth &&
+				r.getClientRects().length === 1 && r.getBoundingClientRect().right <= td.closest("section").getBoundingClientRect().right; })()`)
+	}
+	// The examples of Metadata and Tools are placeholders, never values
+	// that a run would be sent with, and read as examples.
+	for _, field := range []string{"#metadata", "#tools"} {
+		waitJS(field+" empty, with an example as its placeholder", `(() => { const f = document.querySelector(`+jsString(field)+`);
+			return f.value === "" && f.placeholder.startsWith("e.g. ") &&
+				getComputedStyle(f, "::placeholder").fontStyle === "italic"; })()`)
+	}
 
 	const tools = `[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never"}]`
 	run("start a run",

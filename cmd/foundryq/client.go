@@ -57,6 +57,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeConn()
+	submitted := time.Now()
 	res, err := c.Submit(ctx, req)
 	if err != nil {
 		if errors.Is(err, events.ErrInvalidRequest) {
@@ -71,7 +72,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !*watch {
 		return nil
 	}
-	return watchRun(ctx, c, req.RunID, events.WatchOptions{}, false, stdout, stderr)
+	return watchRun(ctx, c, req.RunID, submitted, events.WatchOptions{}, false, stdout, stderr)
 }
 
 // request builds and validates the run request the flags describe.
@@ -144,21 +145,23 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *fromNow {
 		opts.From = events.FromNow
 	}
-	return watchRun(ctx, c, runID, opts, *asJSON, stdout, stderr)
+	return watchRun(ctx, c, runID, time.Time{}, opts, *asJSON, stdout, stderr)
 }
 
-// watchRun prints a run's events until its terminal event. The exit code
-// says how it ended: exitOK completed, exitFailed failed or incomplete
-// (run.completed with status incomplete did not finish its work),
-// exitCancelled.
-func watchRun(ctx context.Context, c *events.Client, runID string, opts events.WatchOptions, asJSON bool, stdout, stderr io.Writer) error {
+// watchRun prints a run's events until its terminal event, and while they
+// are quiet what the run waits for (progress). submitted is when the run
+// was submitted, if known. The exit code says how it ended: exitOK
+// completed, exitFailed failed or incomplete (run.completed with status
+// incomplete did not finish its work), exitCancelled.
+func watchRun(ctx context.Context, c *events.Client, runID string, submitted time.Time, opts events.WatchOptions, asJSON bool, stdout, stderr io.Writer) error {
 	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	seen := make(chan struct{})
-	go stopIfUnknown(ctx, c, runID, seen, stop)
+	p := newProgress(c, runID, submitted, stderr)
+	polled := make(chan struct{})
+	go func() { defer close(polled); p.run(ctx, stop) }()
+	defer func() { stop(nil); <-polled }() // no progress line after the watch's last word
 	w := c.Watch(ctx, runID, opts)
 	defer w.Close()
-	for first := true; ; first = false {
+	for {
 		ev, err := w.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -170,9 +173,7 @@ func watchRun(ctx context.Context, c *events.Client, runID string, opts events.W
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", runID, err)
 		}
-		if first {
-			close(seen)
-		}
+		p.sawEvent(time.Now())
 		if asJSON {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintln(stdout, string(b))
@@ -190,33 +191,6 @@ func watchRun(ctx context.Context, c *events.Client, runID string, opts events.W
 		case events.TypeRunCancelled:
 			return exitCode(exitCancelled)
 		}
-	}
-}
-
-// unknownRunGrace is how long watch waits for a run's first event before it
-// asks whether the run exists at all (a run just submitted may not be
-// visible yet).
-const unknownRunGrace = 3 * time.Second
-
-var errNoSuchRun = errors.New("no such run")
-
-// stopIfUnknown stops a watch (stop with errNoSuchRun) that has seen no
-// event after unknownRunGrace when the run is neither recorded nor queued.
-func stopIfUnknown(ctx context.Context, c *events.Client, runID string, seen <-chan struct{}, stop context.CancelCauseFunc) {
-	select {
-	case <-seen:
-		return
-	case <-ctx.Done():
-		return
-	case <-time.After(unknownRunGrace):
-	}
-	select {
-	case <-seen:
-		return
-	default:
-	}
-	if exists, err := c.Exists(ctx, runID); err == nil && !exists {
-		stop(errNoSuchRun)
 	}
 }
 

@@ -44,7 +44,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if _, err := c.Submit(ctx, first); err != nil {
 		return fmt.Errorf("demo: submit: %w", err)
 	}
-	if err := watchRun(ctx, c, first.RunID, events.WatchOptions{}, false, stdout, stdout); err != nil {
+	if err := watchRun(ctx, c, first.RunID, time.Time{}, events.WatchOptions{}, false, stdout, stdout); err != nil {
 		return fmt.Errorf("demo: first run did not complete: %w", err)
 	}
 

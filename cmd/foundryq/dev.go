@@ -8,10 +8,12 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/foundryq/foundryq/consumer"
@@ -34,6 +36,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	gatewayPassword := f.Secret("gateway-nats-password", "FOUNDRYQ_DEV_GATEWAY_NATS_PASSWORD", "with --nats-config: password of --gateway-nats-user (the gateway is off without it)")
 	ef := addEmulatorFlags(f, 25*time.Millisecond)
 	wf := addWorkerFlags(f, true) // with --foundry-endpoint set, dev uses it instead of the emulator
+	checkUpstream := addCheckUpstreamFlag(f)
 	lf := addLogFlags(f, "console")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
@@ -93,6 +96,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("dev: %w", asListenError(err, *emuAddr, emulatorAddrSetting))
 	}
 	defer func() { _ = stack.Close() }()
+	if *checkUpstream {
+		checkStackUpstream(ctx, stack, wlog)
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { <-gctx.Done(); return nil }) // run until interrupted
@@ -154,6 +160,19 @@ func stackReady(stack *devstack.Stack) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// checkStackUpstream runs the check of the Foundry endpoint (worker's
+// --check-upstream) on every worker of the stack, at once: each one's
+// readiness reports a failure until a check passes.
+func checkStackUpstream(ctx context.Context, stack *devstack.Stack, log zerolog.Logger) {
+	var wg sync.WaitGroup
+	for _, w := range stack.Workers() {
+		wg.Go(func() {
+			checkWorkerUpstream(ctx, w.Worker, stack.Upstream.Check, log.With().Str("worker", w.ID()).Logger())
+		})
+	}
+	wg.Wait()
 }
 
 // checkDevPorts checks, before dev starts anything, that the addresses it

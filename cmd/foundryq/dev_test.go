@@ -39,6 +39,7 @@ func TestDevNATSConfigErrors(t *testing.T) {
 	t.Run("unset", func(t *testing.T) {
 		t.Setenv("WORKER_PASSWORD", "wpw")
 		t.Setenv("CLIENT_PASSWORD", "cpw")
+		t.Setenv("TOOLS_PASSWORD", "tpw")
 		unsetenv(t, "GATEWAY_PASSWORD")
 		code, out := devWithConfig(t)
 		if code == 0 || !strings.Contains(out, "GATEWAY_PASSWORD") || strings.Contains(out, "panic") {
@@ -49,6 +50,7 @@ func TestDevNATSConfigErrors(t *testing.T) {
 		t.Setenv("WORKER_PASSWORD", "wpw")
 		t.Setenv("CLIENT_PASSWORD", "")
 		t.Setenv("GATEWAY_PASSWORD", "gpw")
+		t.Setenv("TOOLS_PASSWORD", "tpw")
 		code, out := devWithConfig(t)
 		if code == 0 || !strings.Contains(out, "password is empty") || strings.Contains(out, "running") {
 			t.Fatalf("exit %d, output:\n%s\nwant an error about the empty password", code, out)
@@ -72,6 +74,7 @@ func TestDevNATSConfigRunsTheGateway(t *testing.T) {
 	t.Setenv("WORKER_PASSWORD", "wpw")
 	t.Setenv("CLIENT_PASSWORD", "cpw")
 	t.Setenv("GATEWAY_PASSWORD", "gpw")
+	t.Setenv("TOOLS_PASSWORD", "tpw")
 	t.Setenv("FOUNDRY_ENDPOINT", "")
 	p := freePorts(t, 2)
 	ctx, stop := context.WithCancel(context.Background())

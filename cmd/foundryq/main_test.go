@@ -192,7 +192,7 @@ func TestDevModeWithTheCLI(t *testing.T) {
 	if code, stdout, _ := runCmd(t, cctx, "cancel", "--nats-url", natsURL, "no-such-run"); code != exitNotFound || !strings.Contains(stdout, "not found") {
 		t.Fatalf("cancel of an unknown run: code %d, stdout %q", code, stdout)
 	}
-	if code, _, stderr := runCmd(t, cctx, "runs", "--nats-url", natsURL, "no-such-run"); code != exitNotFound || !strings.Contains(stderr, "no state recorded") {
+	if code, _, stderr := runCmd(t, cctx, "runs", "--nats-url", natsURL, "no-such-run"); code != exitNotFound || !strings.Contains(stderr, "no such run") {
 		t.Fatalf("runs of an unknown run: code %d, stderr %q", code, stderr)
 	}
 	code, _, stderr = runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "fail", "--run-id", "cli-3",

@@ -107,8 +107,7 @@ func listRuns(ctx context.Context, c *events.Client, filter events.RunFilter, as
 func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, stdout, stderr io.Writer) error {
 	st, _, err := c.State(ctx, runID)
 	if errors.Is(err, events.ErrStateNotFound) {
-		fmt.Fprintf(stderr, "run %s: no state recorded (unknown, or still queued)\n", runID)
-		return exitCode(exitNotFound)
+		return showUnrecorded(ctx, c, runID, asJSON, stdout, stderr)
 	}
 	if err != nil {
 		return err
@@ -120,15 +119,7 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 	}
 	sum := events.Summarize(runID, &st, evs, time.Now())
 	if asJSON {
-		b, err := json.MarshalIndent(struct {
-			State   events.RunState   `json:"state"`
-			Summary events.RunSummary `json:"summary"`
-		}{st, sum}, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(stdout, string(b))
-		return err
+		return printRunJSON(stdout, st, sum)
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -143,6 +134,9 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 	line("owner", fmt.Sprintf("%s, attempt %s, failures %d", orDash(st.Owner), orDash(attemptOf(st)), st.Failures))
 	if st.LastError != "" {
 		line("last error", st.LastError)
+	}
+	if st.RetryAt != nil && st.Owner == "" && !st.Finished() {
+		line("retry", failedText(st, now))
 	}
 	if st.Cancel != nil {
 		line("cancel", fmt.Sprintf("%s at %s%s", st.Cancel.Reason, st.Cancel.At.Format(time.RFC3339), noteText(st.Cancel.Note)))
@@ -183,6 +177,39 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 	line("upstream", orDash(sum.UpstreamStatus))
 	line("events", eventsText(sum))
 	return tw.Flush()
+}
+
+// showUnrecorded shows a run that has no state record: queued (no worker
+// has taken it yet), or no run at all (exit 6). A run just submitted is
+// already in the queue: no grace is needed, unlike watch's.
+func showUnrecorded(ctx context.Context, c *events.Client, runID string, asJSON bool, stdout, stderr io.Writer) error {
+	queued, err := c.Exists(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if !queued {
+		fmt.Fprintf(stderr, "runs %s: no such run (none recorded, none queued)\n", runID)
+		return exitCode(exitNotFound)
+	}
+	if !asJSON {
+		_, err := fmt.Fprintf(stdout, "run %s: queued, waiting for a worker (no worker has taken it yet)\n", runID)
+		return err
+	}
+	st := events.RunState{RunID: runID, Status: events.StatusQueued}
+	return printRunJSON(stdout, st, events.Summarize(runID, &st, nil, time.Now()))
+}
+
+// printRunJSON prints runs RUN_ID --json: {"state", "summary"}.
+func printRunJSON(stdout io.Writer, st events.RunState, sum events.RunSummary) error {
+	b, err := json.MarshalIndent(struct {
+		State   events.RunState   `json:"state"`
+		Summary events.RunSummary `json:"summary"`
+	}{st, sum}, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, string(b))
+	return err
 }
 
 // runRow is a run's row of the runs table, its cells separated by tabs.
@@ -306,14 +333,19 @@ func since(now, t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := max(now.Sub(t), 0)
+	return roundDuration(now.Sub(t))
+}
+
+// roundDuration is d (at least 0) rounded for people: 42s, 3m12s, 5h3m,
+// 2d4h.
+func roundDuration(d time.Duration) string {
+	d = max(d, 0).Round(time.Second)
 	switch {
 	case d < time.Minute:
-		return d.Round(time.Second).String()
+		return d.String()
 	case d < time.Hour:
-		d = d.Round(time.Second)
 		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
+	case d.Round(time.Minute) < 48*time.Hour:
 		d = d.Round(time.Minute)
 		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
 	}

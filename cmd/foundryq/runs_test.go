@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/consumer"
@@ -56,14 +57,7 @@ func runsStack(t *testing.T) (*devstack.Stack, string) {
 		}
 	}
 	// A record from long ago (as a worker wrote it then).
-	js, err := jetstream.New(s.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, "foundryq-runs")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := stateBucket(t, ctx, s.Conn)
 	old := time.Now().Add(-2 * time.Hour).UTC()
 	rec, _ := json.Marshal(events.RunState{RunID: "runs-old", Schema: 1, Status: events.StatusCompleted, Terminal: events.TypeRunCompleted,
 		CreatedAt: old, UpdatedAt: old, FinishedAt: &old, Usage: &events.Usage{InputTokens: 1, OutputTokens: 2, TotalTokens: 3}})
@@ -82,6 +76,20 @@ func runsStack(t *testing.T) (*devstack.Stack, string) {
 	submit(req("runs-slow", map[string]string{"emu_tokens": "100000", "emu_token_ms": "50"}))
 	waitFor("runs-slow", events.TypeTextDelta)
 	return s, s.NATS.ClientURL()
+}
+
+// stateBucket opens the state bucket, to write records as a worker would.
+func stateBucket(t *testing.T, ctx context.Context, nc *nats.Conn) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "foundryq-runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
 
 // column returns the first column of each table row (not the header).
@@ -235,6 +243,7 @@ func TestSinceFormat(t *testing.T) {
 	}{
 		{0, "0s"}, {1400 * time.Millisecond, "1s"}, {59 * time.Second, "59s"}, {61 * time.Second, "1m1s"},
 		{59*time.Minute + 59*time.Second, "59m59s"}, {3*time.Hour + 4*time.Minute, "3h4m"}, {50 * time.Hour, "2d2h"},
+		{59*time.Minute + 59*time.Second + 600*time.Millisecond, "1h0m"}, {59*time.Second + 700*time.Millisecond, "1m0s"},
 		{-time.Second, "0s"}, // a clock a little ahead
 	} {
 		if got := since(now, now.Add(-c.ago)); got != c.want {
@@ -337,5 +346,48 @@ func TestRunsCommandCancellingAndStalled(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("runs stopping-1: %d, no %q in\n%s", code, want, out)
 		}
+	}
+}
+
+// runs RUN_ID of an id that names no run says so (exit 6), like watch; a
+// run still in the queue, no worker having taken it, is shown as queued.
+func TestRunsOfAnUnknownOrQueuedRun(t *testing.T) {
+	s := devstack.StartT(t, devstack.Config{Workers: 0, NATS: natsembed.Config{Host: "127.0.0.1", StoreDir: t.TempDir()}})
+	natsURL := s.NATS.ClientURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if code, stdout, stderr := runCmd(t, ctx, "runs", "--nats-url", natsURL, "no-such-run"); code != exitNotFound ||
+		!strings.Contains(stderr, "runs no-such-run: no such run (none recorded, none queued)") || stdout != "" {
+		t.Fatalf("runs of an unknown run: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr := runCmd(t, ctx, "submit", "--nats-url", natsURL, "--model", "m", "--input", "hi", "--run-id", "queued-1"); code != exitOK {
+		t.Fatalf("submit: %d %s", code, stderr)
+	}
+	if code, stdout, stderr := runCmd(t, ctx, "runs", "--nats-url", natsURL, "queued-1"); code != exitOK ||
+		!strings.Contains(stdout, "run queued-1: queued, waiting for a worker (no worker has taken it yet)") {
+		t.Fatalf("runs of a queued run: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr := runCmd(t, ctx, "runs", "--nats-url", natsURL, "--json", "queued-1")
+	var got struct {
+		State   events.RunState   `json:"state"`
+		Summary events.RunSummary `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); code != exitOK || err != nil || got.State.Status != events.StatusQueued ||
+		got.State.RunID != "queued-1" || got.Summary.Status != events.StatusQueued {
+		t.Fatalf("runs --json of a queued run: code %d, %v, stdout %q, stderr %q", code, err, stdout, stderr)
+	}
+
+	// A run given back after a failed attempt: when the next try comes.
+	kv := stateBucket(t, ctx, s.Conn)
+	now := time.Now().UTC()
+	next := now.Add(time.Hour)
+	rec, _ := json.Marshal(events.RunState{RunID: "retry-1", Schema: 1, Status: events.StatusRunning, Attempt: 1, Failures: 1, MaxFailures: 10,
+		LastError: "create: 500", RetryAt: &next, CreatedAt: now, UpdatedAt: now})
+	if _, err := kv.Create(ctx, "retry-1", rec); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, _ := runCmd(t, ctx, "runs", "--nats-url", natsURL, "retry-1"); code != exitOK ||
+		!strings.Contains(stdout, "attempt 1 of 10 failed: create: 500; next try in 1h0m") {
+		t.Fatalf("runs of a run waiting for its next try: code %d, stdout %q", code, stdout)
 	}
 }

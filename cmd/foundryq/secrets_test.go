@@ -54,6 +54,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	t.Setenv("WORKER_PASSWORD", workerPW) // read by the config file
 	t.Setenv("CLIENT_PASSWORD", clientPW)
 	t.Setenv("GATEWAY_PASSWORD", "gpwSecret5519")
+	t.Setenv("TOOLS_PASSWORD", "tpwSecret5519")
 	t.Setenv("FOUNDRY_ENDPOINT", "")
 	var out outputs
 

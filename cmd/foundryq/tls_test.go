@@ -23,6 +23,7 @@ func TestTLSFlags(t *testing.T) {
 	t.Setenv("WORKER_PASSWORD", "workerpw4")
 	t.Setenv("CLIENT_PASSWORD", "clientpw4")
 	t.Setenv("GATEWAY_PASSWORD", "gatewaypw4")
+	t.Setenv("TOOLS_PASSWORD", "toolspw4")
 	t.Setenv("JETSTREAM_KEY", "jskey4")
 	ns, err := natsembed.Start(natsembed.Config{ConfigFile: conf})
 	if err != nil {

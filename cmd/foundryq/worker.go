@@ -228,7 +228,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wf := addWorkerFlags(f, true)
 	httpAddr := f.String("http-addr", "FOUNDRYQ_HTTP_ADDR", ":9090", "address for /metrics, /healthz and /readyz (empty: off)", hostPortOrEmpty())
 	profiles := f.Bool("pprof", "FOUNDRYQ_PPROF", false, "also serve Go's profiles at /debug/pprof/ on --http-addr (keep that address private)")
-	checkUpstream := f.Bool("check-upstream", "FOUNDRYQ_CHECK_UPSTREAM", true, "at start, make one authenticated request to --foundry-endpoint; until one passes, /readyz reports why (host not found, certificate, 401/403)")
+	checkUpstream := addCheckUpstreamFlag(f)
 	lf := addLogFlags(f, "json")
 	printConfig := f.Bool("print-config", "", false, "print the effective configuration (flag, environment or default; secrets redacted) after checking it, and exit")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
@@ -283,11 +283,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *checkUpstream {
-		if err := w.CheckUpstream(ctx, up.Check); err != nil {
-			log.Error().Err(err).Msg("Foundry endpoint check failed; /readyz reports it until a check passes (--check-upstream=false skips it)")
-		} else {
-			log.Info().Msg("Foundry endpoint reachable; credentials accepted")
-		}
+		checkWorkerUpstream(ctx, w, up.Check, log)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if *httpAddr != "" {
@@ -299,6 +295,21 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	g.Go(func() error { return w.Run(gctx) })
 	return g.Wait()
+}
+
+// addCheckUpstreamFlag is worker's and dev's --check-upstream.
+func addCheckUpstreamFlag(f *flags) *bool {
+	return f.Bool("check-upstream", "FOUNDRYQ_CHECK_UPSTREAM", true, "at start, make one authenticated request to --foundry-endpoint; until one passes, /readyz reports why (host not found, certificate, 401/403)")
+}
+
+// checkWorkerUpstream runs w's check of its Foundry endpoint
+// (CheckUpstream) and logs how it went.
+func checkWorkerUpstream(ctx context.Context, w *consumer.Worker, check func(context.Context) error, log zerolog.Logger) {
+	if err := w.CheckUpstream(ctx, check); err != nil {
+		log.Error().Err(err).Msg("Foundry endpoint check failed; /readyz reports it until a check passes (--check-upstream=false skips it)")
+		return
+	}
+	log.Info().Msg("Foundry endpoint reachable; credentials accepted")
 }
 
 // serveOps serves Prometheus metrics, a liveness check (/healthz: the NATS
