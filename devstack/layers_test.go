@@ -24,13 +24,13 @@ import (
 //	gateway                      the HTTP face: events, foundry, internal/*
 //	tools                        function tools served over NATS: events, internal/*
 //	devstack                     the dev/test harness: consumer, events, foundry, foundrytest, internal/*
-//	cmd/foundryq/internal/bench  the benchmark: events, foundry, foundrytest, internal/*
+//	cmd/foundryq/internal/bench  the benchmark: events, foundry, foundrytest, tools, internal/*
 //	cmd/...                      the command: anything
 //
 // So only cmd and devstack (and tests) import consumer. A package with no
 // rule fails the test until it is given one here.
 var layers = []layer{
-	{"cmd/foundryq/internal/bench", []string{"events", "foundry", "foundry/foundrytest", "internal/..."}},
+	{"cmd/foundryq/internal/bench", []string{"events", "foundry", "foundry/foundrytest", "tools", "internal/..."}},
 	{"cmd/...", []string{"..."}},
 	{"devstack/...", []string{"consumer", "events", "foundry", "foundry/foundrytest", "internal/..."}},
 	{"gateway/...", []string{"events", "foundry", "internal/..."}},

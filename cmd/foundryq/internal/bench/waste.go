@@ -122,6 +122,68 @@ func (b *bench) waste(ctx context.Context) error {
 	}
 	wr.Met = wr.Foundryq == (WasteFigures{}) && wr.Naive.Tokens+wr.Naive.ToolCalls > 0
 	b.progress("waste: naive disconnect %d tokens, %d tool calls after the ask; foundryq %d tokens, %d tool calls", wr.Naive.Tokens, wr.Naive.ToolCalls, wr.Foundryq.Tokens, wr.Foundryq.ToolCalls)
+	return b.wasteFunctionTools(ctx)
+}
+
+// wasteFunctionTools calls a ToolDelay function tool served over NATS
+// WasteRuns times two ways at once, and stops each call midTool into it:
+// (a) a naive client that runs the tool itself drops its connection, (b)
+// foundryq's cancel of a run whose model called the tool. It sums the time
+// the service's handlers ran after the moment the user asked.
+func (b *bench) wasteFunctionTools(ctx context.Context) error {
+	c := b.cfg
+	fw := &b.rep.Waste.FunctionTools
+	*fw = FunctionToolsWaste{Runs: c.WasteRuns, ToolDelayMS: ms(c.ToolDelay)}
+	srv, err := b.sys.toolServer()
+	if err != nil {
+		return err
+	}
+	srv.holdFor(c.ToolDelay)
+	b.progress("waste: %d calls of a %s function tool served over NATS, stopped %s into them: (a) a naive client drops its connection, (b) foundryq cancel", c.WasteRuns, c.ToolDelay, midTool)
+	var mu sync.Mutex
+	asked := map[string]time.Time{}
+	ask := func(id string) {
+		mu.Lock()
+		asked[id] = time.Now()
+		mu.Unlock()
+	}
+	naivePrefix := b.prefix("naivefn")
+	naive := make([]string, c.WasteRuns)
+	var g errgroup.Group
+	for i := range naive {
+		naive[i] = fmt.Sprintf("%s-%d", naivePrefix, i)
+		g.Go(func() error { return b.naiveCall(ctx, srv, naive[i], midTool, ask) })
+	}
+	ids, err := b.submit(ctx, b.prefix("wastefn"), c.WasteRuns, functionCallMD, functionTools...)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		g.Go(func() error {
+			if err := srv.waitStarted(ctx, []string{id}, 2*time.Minute); err != nil {
+				return err
+			}
+			time.Sleep(midTool)
+			ask(id)
+			_, err := b.sys.client.Cancel(ctx, id, "bench")
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := b.sys.watch.waitAll(ctx, ids, events.TypeRunCancelled, time.Minute); err != nil {
+		return err
+	}
+	// Every call ends by itself: at its cancel, or at the end of its time.
+	if err := srv.waitEnded(ctx, append(naive, ids...), c.ToolDelay+time.Minute); err != nil {
+		return err
+	}
+	fw.Naive, fw.Foundryq = srv.toolWork(naive, asked), srv.toolWork(ids, asked)
+	// At most the cancel target per call after the ask, and none to its end.
+	fw.Met = fw.Foundryq.CallsToEnd == 0 && fw.Foundryq.ToolSeconds <= float64(c.WasteRuns)*TargetToolCancelP99/1000 && fw.Naive.CallsToEnd > 0
+	b.progress("waste: function tools ran %.2f s after the ask (%d calls to their end) for the naive client, %.3f s (%d) with foundryq",
+		fw.Naive.ToolSeconds, fw.Naive.CallsToEnd, fw.Foundryq.ToolSeconds, fw.Foundryq.CallsToEnd)
 	return nil
 }
 
