@@ -245,7 +245,7 @@ func TestCheckLayers(t *testing.T) {
 		{"the floors as they are", good, nil},
 		{"events imports consumer", with(pkg("events", "consumer"), pkg("gateway/x", "events")), []string{
 			// The bench and the gateway reach consumer through events.
-			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, internal/...): cmd/foundryq/internal/bench → events → consumer",
+			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, tools, internal/...): cmd/foundryq/internal/bench → events → consumer",
 			"events imports consumer (events may import only internal/...): events → consumer",
 			"gateway imports consumer (gateway/... may import only events, foundry, internal/...): gateway → events → consumer",
 			"gateway/x imports consumer (gateway/... may import only events, foundry, internal/...): gateway/x → events → consumer",
@@ -254,7 +254,7 @@ func TestCheckLayers(t *testing.T) {
 			"gateway imports consumer (gateway/... may import only events, foundry, internal/...): gateway → consumer",
 		}},
 		{"the bench imports consumer, though under cmd", with(pkg("cmd/foundryq/internal/bench", "consumer")), []string{
-			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, internal/...): cmd/foundryq/internal/bench → consumer",
+			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, tools, internal/...): cmd/foundryq/internal/bench → consumer",
 		}},
 		{"foundry imports events", with(pkg("foundry", "events")), []string{
 			"foundry imports events (foundry may import only internal/...): foundry → events",
