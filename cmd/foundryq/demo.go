@@ -127,6 +127,29 @@ func demoApproval(ctx context.Context, c *events.Client, stdout io.Writer, say f
 		Tools:    []json.RawMessage{json.RawMessage(`{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","allowed_tools":["lookup_customer"]}`)},
 		Metadata: map[string]string{"emu_tool_ms": "300", "emu_tokens": "30"},
 	}
+	return demoRun(ctx, c, req, stdout, func(ev events.RunEvent) (bool, error) {
+		switch {
+		case ev.Type == events.TypeInputRequired:
+			for _, it := range ev.Items {
+				reply, err := c.Approve(ctx, req.RunID, it.ID, true, "approved in the demo")
+				if err != nil {
+					return false, fmt.Errorf("demo: approve: %w", err)
+				}
+				fmt.Fprintf(stdout, "[approved %s: %s]\n", it.Name, reply.Result)
+			}
+		case ev.Type == events.TypeRunCompleted:
+			fmt.Fprintln(stdout, "\nOne run, two responses (one per step), one event subject; the wait held no worker.")
+			return true, nil
+		case ev.Type.Terminal():
+			return false, fmt.Errorf("demo: the run that asks ended %s", ev.Type)
+		}
+		return false, nil
+	})
+}
+
+// demoRun submits req and prints its events as they come, each then
+// passed to on, until on says the demo of the run is done or fails.
+func demoRun(ctx context.Context, c *events.Client, req events.RunRequest, stdout io.Writer, on func(events.RunEvent) (done bool, err error)) error {
 	if _, err := c.Submit(ctx, req); err != nil {
 		return fmt.Errorf("demo: submit: %w", err)
 	}
@@ -138,20 +161,8 @@ func demoApproval(ctx context.Context, c *events.Client, stdout io.Writer, say f
 			return fmt.Errorf("demo: watch: %w", err)
 		}
 		printEvent(ev, stdout, stdout)
-		switch {
-		case ev.Type == events.TypeInputRequired:
-			for _, it := range ev.Items {
-				reply, err := c.Approve(ctx, req.RunID, it.ID, true, "approved in the demo")
-				if err != nil {
-					return fmt.Errorf("demo: approve: %w", err)
-				}
-				fmt.Fprintf(stdout, "[approved %s: %s]\n", it.Name, reply.Result)
-			}
-		case ev.Type == events.TypeRunCompleted:
-			fmt.Fprintln(stdout, "\nOne run, two responses (one per step), one event subject; the wait held no worker.")
-			return nil
-		case ev.Type.Terminal():
-			return fmt.Errorf("demo: the run that asks ended %s", ev.Type)
+		if done, err := on(ev); done || err != nil {
+			return err
 		}
 	}
 }
@@ -180,33 +191,23 @@ func demoServedTool(ctx context.Context, stack *devstack.Stack, slow time.Durati
 		Tools:    []json.RawMessage{json.RawMessage(`{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}`)},
 		Metadata: map[string]string{"emu_tool_ms": "1", "emu_tokens": "30"},
 	}
-	if _, err := stack.Client.Submit(ctx, req); err != nil {
-		return fmt.Errorf("demo: submit: %w", err)
-	}
-	w := stack.Client.Watch(ctx, req.RunID, events.WatchOptions{})
-	defer w.Close()
 	var cancelledAt time.Time
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return fmt.Errorf("demo: watch: %w", err)
-		}
-		printEvent(ev, stdout, stdout)
+	return demoRun(ctx, stack.Client, req, stdout, func(ev events.RunEvent) (done bool, err error) {
 		switch {
 		case ev.Type == events.TypeToolStarted && cancelledAt.IsZero():
-			if cancelledAt, err = cancelServedCall(ctx, stack.Client, req.RunID, weather, stdout); err != nil {
-				return err
-			}
+			cancelledAt, err = cancelServedCall(ctx, stack.Client, req.RunID, weather, stdout)
+			return false, err
 		case ev.Type == events.TypeInputRequired:
-			return errors.New("demo: the worker asked the caller for the output of get_weather instead of calling its service")
+			return false, errors.New("demo: the worker asked the caller for the output of get_weather instead of calling its service")
 		case ev.Type == events.TypeRunCancelled && !cancelledAt.IsZero():
 			fmt.Fprintf(stdout, "[run.cancelled stored %s after the cancel was sent]\n", time.Since(cancelledAt).Round(time.Millisecond))
 			fmt.Fprintln(stdout, "\nThe cancel reached the tool's service: its call stopped instead of running to its end.")
-			return nil
+			return true, nil
 		case ev.Type.Terminal():
-			return fmt.Errorf("demo: the run with a served tool ended %s, want run.cancelled during the call", ev.Type)
+			return false, fmt.Errorf("demo: the run with a served tool ended %s, want run.cancelled during the call", ev.Type)
 		}
-	}
+		return false, nil
+	})
 }
 
 // cancelServedCall cancels run runID once tool's call runs, and shows when
