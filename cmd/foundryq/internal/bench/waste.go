@@ -139,7 +139,8 @@ func (b *bench) wasteFunctionTools(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The service has the call: a cancel message cannot come before it.
+	// Cancelled once the service has the call: the worker's cancel message
+	// cannot overtake it.
 	b.cancelMidTool(ctx, &g, ids, asks, func(id string) error { return srv.waitStarted(ctx, []string{id}, 2*time.Minute) })
 	if err := g.Wait(); err != nil {
 		return err
