@@ -24,13 +24,13 @@ import (
 //	gateway                      the HTTP face: events, foundry, internal/*
 //	tools                        function tools served over NATS: events, internal/*
 //	devstack                     the dev/test harness: consumer, events, foundry, foundrytest, internal/*
-//	cmd/foundryq/internal/bench  the benchmark: events, foundry, foundrytest, internal/*
+//	cmd/foundryq/internal/bench  the benchmark: events, foundry, foundrytest, tools, internal/*
 //	cmd/...                      the command: anything
 //
 // So only cmd and devstack (and tests) import consumer. A package with no
 // rule fails the test until it is given one here.
 var layers = []layer{
-	{"cmd/foundryq/internal/bench", []string{"events", "foundry", "foundry/foundrytest", "internal/..."}},
+	{"cmd/foundryq/internal/bench", []string{"events", "foundry", "foundry/foundrytest", "tools", "internal/..."}},
 	{"cmd/...", []string{"..."}},
 	{"devstack/...", []string{"consumer", "events", "foundry", "foundry/foundrytest", "internal/..."}},
 	{"gateway/...", []string{"events", "foundry", "internal/..."}},
@@ -245,7 +245,7 @@ func TestCheckLayers(t *testing.T) {
 		{"the floors as they are", good, nil},
 		{"events imports consumer", with(pkg("events", "consumer"), pkg("gateway/x", "events")), []string{
 			// The bench and the gateway reach consumer through events.
-			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, internal/...): cmd/foundryq/internal/bench → events → consumer",
+			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, tools, internal/...): cmd/foundryq/internal/bench → events → consumer",
 			"events imports consumer (events may import only internal/...): events → consumer",
 			"gateway imports consumer (gateway/... may import only events, foundry, internal/...): gateway → events → consumer",
 			"gateway/x imports consumer (gateway/... may import only events, foundry, internal/...): gateway/x → events → consumer",
@@ -254,7 +254,7 @@ func TestCheckLayers(t *testing.T) {
 			"gateway imports consumer (gateway/... may import only events, foundry, internal/...): gateway → consumer",
 		}},
 		{"the bench imports consumer, though under cmd", with(pkg("cmd/foundryq/internal/bench", "consumer")), []string{
-			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, internal/...): cmd/foundryq/internal/bench → consumer",
+			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, tools, internal/...): cmd/foundryq/internal/bench → consumer",
 		}},
 		{"foundry imports events", with(pkg("foundry", "events")), []string{
 			"foundry imports events (foundry may import only internal/...): foundry → events",

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/tools"
 )
 
 // chromium returns the path of a Chromium to drive, or skips the test
@@ -124,6 +126,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#tools"), tools),
 		chromedp.Click(chromedp.CSS("#start")))
 	waitJS("the tool call shown inline", `document.querySelector("#run-text .tool.completed") !== null`)
+	mcpChip := get("read the MCP tool call", chromedp.Evaluate[string](`document.querySelector("#run-text .tool.completed").textContent`))
+	for _, want := range []string{"crm/", "mcp", "completed"} {
+		if !strings.Contains(mcpChip, want) {
+			t.Errorf("the MCP tool call shows %q, without %q", mcpChip, want)
+		}
+	}
 	waitJS("text streaming in", `document.querySelector("#run-text").textContent.length > 400`)
 	runID := get("read the run id", chromedp.Text(chromedp.CSS("#run-id")))
 
@@ -166,8 +174,60 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	checkFunctionToolShown(t, nc, bctx, run, get, waitJS)
 	bcancel()
 	acancel()
+}
+
+// checkFunctionToolShown starts a run in the console whose model calls a
+// function tool served over NATS (tools.Serve on nc), and checks its call
+// inline: name, type and status while it runs, then its output once it
+// answers, as text (HTML in it is not parsed) and visibly cut.
+func checkFunctionToolShown(t *testing.T, nc *nats.Conn, bctx context.Context, run func(string, ...chromedp.Action[chromedp.Void]),
+	get func(string, chromedp.Action[string]) string, waitJS func(string, string)) {
+	t.Helper()
+	// Longer than the 4 KiB the worker's event carries: cut twice.
+	output := `<img src=x onerror="window.pwned=1"><b>21°C</b> ` + strings.Repeat("sunny ", 800)
+	release := make(chan struct{})
+	svc, err := tools.Serve(nc, "get_weather", func(ctx context.Context, _ tools.Call) (string, error) {
+		select {
+		case <-release:
+			return output, nil
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	run("start a run whose model calls a served function tool",
+		chromedp.SetValue(chromedp.CSS("#input"), "What is the weather in Paris?"),
+		chromedp.SetValue(chromedp.CSS("#metadata"), "emu_tokens=20\nemu_tool_ms=1"),
+		chromedp.SetValue(chromedp.CSS("#tools"), `[{"type":"function","name":"get_weather"}]`),
+		chromedp.Click(chromedp.CSS("#start")))
+	const chip = `document.querySelector("#run-text .tool[data-type=function]")`
+	waitJS("the function tool call running", chip+` !== null && `+chip+`.classList.contains("started")`)
+	started := get("read the running call", chromedp.Evaluate[string](chip+`.textContent`))
+	for _, want := range []string{"get_weather", "function", "started"} {
+		if !strings.Contains(started, want) {
+			t.Errorf("the running call shows %q, without %q", started, want)
+		}
+	}
+	close(release)
+	waitJS("the function tool's output", chip+`.classList.contains("completed") && `+chip+`.querySelector(".tool-output") !== null`)
+	waitJS("the run completed", `document.querySelector("#run-status").textContent === "completed"`)
+	shown := get("read the output shown", chromedp.Evaluate[string](chip+`.querySelector(".tool-output").textContent`))
+	head := get("read the call", chromedp.Evaluate[string](chip+`.querySelector(".tool-head").textContent`))
+	for _, want := range []string{"get_weather", "function", "completed"} {
+		if !strings.Contains(head, want) {
+			t.Errorf("the answered call shows %q, without %q", head, want)
+		}
+	}
+	if !strings.Contains(shown, `<img src=x onerror="window.pwned=1"><b>21°C</b> sunny`) || len(shown) >= len(output) || !strings.Contains(shown, "[truncated: 160 of more than 40") {
+		t.Errorf("the output shows as %q: want its beginning as text, visibly cut", shown)
+	}
+	waitJS("no element made of the output", chip+`.querySelector("img, b") === null && window.pwned === undefined`)
 }
 
 // A run that asks, answered in the console: its approval request shows

@@ -20,7 +20,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := f.Bool("json", "", false, "write the figures to stdout as one JSON object (progress and table go to stderr)")
 	plotFile := f.String("plot", "", "", "draw token latency against load to this file (.png, .svg or .pdf)")
 	profile := f.String("profile", "", "", "save CPU profiles of the worker and NATS (throughput phase) and of the worker (relay phase), and the worker's heap and goroutines (largest memory load) in this directory")
-	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the worker's --event-interval in the relay, cancel, waste and memory phases")
+	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the worker's --event-interval in the relay, cancel, tool_cancel, waste and memory phases")
 	memRuns := f.String("memory-runs", "", "", "concurrent runs of the memory phase, comma-separated (default 1000,5000; quick 200,500)")
 	waitRuns := f.Int("waiting-runs", "", 0, "runs that ask, waiting at once in the waiting phase (default 5000; quick 300)")
 	phases := f.String("phases", "", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", ")+" (raw_publish, latency and cancel need throughput; default all)")
@@ -116,10 +116,18 @@ func printReport(w io.Writer, r bench.Report) {
 	if len(r.Cancel.Points) > 0 {
 		fmt.Fprintf(tw, "cancel: target p99 at 50%% load\t\t\t≤ %.0f ms: %s\n", r.Cancel.Target, verdict(r.Cancel.Met))
 	}
+	if tc := r.ToolCancel; tc.Runs > 0 {
+		fmt.Fprintf(tw, "tool cancel (%d runs in a served function tool call): to the service's ctx p50 / p99\t%.1f / %.1f ms\t\t≤ %.0f ms, %d not reached: %s\n",
+			tc.Runs, tc.CtxCancelled.P50, tc.CtxCancelled.P99, tc.Target, tc.NotReached, verdict(tc.Met))
+	}
 	wa := r.Waste
 	if wa.Runs > 0 {
 		fmt.Fprintf(tw, "waste (%d runs, cancelled mid %gms tool): tokens, tool calls after the ask\t%d, %d\tnaive disconnect %d, %d\t%s\n",
 			wa.Runs, wa.ToolDelayMS, wa.Foundryq.Tokens, wa.Foundryq.ToolCalls, wa.Naive.Tokens, wa.Naive.ToolCalls, verdict(wa.Met))
+	}
+	if fn := wa.FunctionTools; fn.Runs > 0 {
+		fmt.Fprintf(tw, "waste, function tools (%d calls, stopped mid %gms served call): tool-seconds, calls run to their end after the ask\t%.3f s, %d\tnaive disconnect %.1f s, %d\t%s\n",
+			fn.Runs, fn.ToolDelayMS, fn.Foundryq.ToolSeconds, fn.Foundryq.CallsToEnd, fn.Naive.ToolSeconds, fn.Naive.CallsToEnd, verdict(fn.Met))
 	}
 	if wt := r.Waiting; wt.Runs > 0 && wt.Waiting.RSSBytes > 0 {
 		fmt.Fprintf(tw, "waiting (%d runs that ask, after a GC): RSS / heap in use added, goroutines added\t%.2f / %.2f MiB, %d\t\t\n",

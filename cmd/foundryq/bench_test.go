@@ -9,12 +9,22 @@ import (
 	"time"
 )
 
+// toolCancelBoundMS bounds the p99 from a cancel to a served tool's ctx
+// in the smoke test: the target itself.
+const toolCancelBoundMS = 100
+
+// toolWork is the function tools' waste figures of one side.
+type toolWork struct {
+	ToolSeconds float64 `json:"tool_seconds"`
+	CallsToEnd  int     `json:"calls_run_to_end"`
+}
+
 // benchChildEnv marks a process that foundryq bench started from this test
 // binary: TestMain runs it as the foundryq command instead of the tests.
 const benchChildEnv = "FOUNDRYQ_TEST_AS_COMMAND"
 
 // TestBenchQuickJSON runs `foundryq bench --quick --json` (its processes
-// are this test binary acting as foundryq) and checks the JSON: the seven
+// are this test binary acting as foundryq) and checks the JSON: the eight
 // sections, each with sane figures. It takes about a minute, longer under
 // -race: it runs when FOUNDRYQ_BENCH_SMOKE=1 (a step of its own in CI).
 func TestBenchQuickJSON(t *testing.T) {
@@ -40,7 +50,7 @@ func TestBenchQuickJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"cancel", "latency", "memory", "raw_publish", "relay", "waiting", "waste"}; !slices.Equal(keys, want) {
+	if want := []string{"cancel", "latency", "memory", "raw_publish", "relay", "tool_cancel", "waiting", "waste"}; !slices.Equal(keys, want) {
 		t.Fatalf("top-level keys %v, want %v", keys, want)
 	}
 	var rep struct {
@@ -87,6 +97,19 @@ func TestBenchQuickJSON(t *testing.T) {
 				} `json:"cancelled_stored"`
 			} `json:"points"`
 		} `json:"cancel"`
+		ToolCancel struct {
+			Runs       int `json:"runs"`
+			NotReached int `json:"not_reached"`
+			CtxEnded   struct {
+				N   int     `json:"n"`
+				P50 float64 `json:"p50_ms"`
+				P99 float64 `json:"p99_ms"`
+			} `json:"ctx_cancelled"`
+			Stored struct {
+				N int `json:"n"`
+			} `json:"cancelled_stored"`
+			Target float64 `json:"target_max_p99_ms"`
+		} `json:"tool_cancel"`
 		Waste struct {
 			Runs  int `json:"runs"`
 			Naive struct {
@@ -97,6 +120,12 @@ func TestBenchQuickJSON(t *testing.T) {
 				Tokens    int `json:"tokens"`
 				ToolCalls int `json:"tool_calls"`
 			} `json:"foundryq"`
+			Functions struct {
+				Runs        int      `json:"runs"`
+				ToolDelayMS float64  `json:"tool_delay_ms"`
+				Naive       toolWork `json:"naive_disconnect"`
+				Foundryq    toolWork `json:"foundryq"`
+			} `json:"function_tools"`
 		} `json:"waste"`
 		Waiting struct {
 			Runs    int `json:"runs"`
@@ -153,6 +182,21 @@ func TestBenchQuickJSON(t *testing.T) {
 	// tool and every token after it; a dropped connection does not.
 	if rep.Waste.Runs == 0 || rep.Waste.Foundryq.Tokens != 0 || rep.Waste.Foundryq.ToolCalls != 0 || rep.Waste.Naive.ToolCalls == 0 {
 		t.Errorf("waste %+v", rep.Waste)
+	}
+	// A cancel reaches a served tool's handler in milliseconds: p99 within
+	// the 100 ms target, here too (-race, a loaded machine: a few ms).
+	if tc := rep.ToolCancel; tc.Runs != 20 || tc.NotReached != 0 || tc.CtxEnded.N != tc.Runs || tc.Stored.N != tc.Runs ||
+		tc.CtxEnded.P50 <= 0 || tc.CtxEnded.P99 < tc.CtxEnded.P50 || tc.CtxEnded.P99 > toolCancelBoundMS || tc.Target != 100 {
+		t.Errorf("tool_cancel %+v", tc)
+	}
+	t.Logf("cancel to a served tool's ctx: p50 %.1f ms, p99 %.1f ms (target %.0f ms)", rep.ToolCancel.CtxEnded.P50, rep.ToolCancel.CtxEnded.P99, rep.ToolCancel.Target)
+	// A served call stops at foundryq's cancel; a naive client that drops
+	// its connection leaves it running to its end.
+	fn := rep.Waste.Functions
+	naiveFloor := float64(fn.Runs) * (fn.ToolDelayMS - 300) / 1000 * 0.9 // each call runs on after the ask (300 ms in)
+	if fn.Runs != rep.Waste.Runs || fn.Foundryq.CallsToEnd != 0 || fn.Naive.CallsToEnd != fn.Runs ||
+		fn.Naive.ToolSeconds < naiveFloor || fn.Foundryq.ToolSeconds <= 0 || fn.Foundryq.ToolSeconds > fn.Naive.ToolSeconds/10 {
+		t.Errorf("waste.function_tools %+v (naive floor %.1f s)", fn, naiveFloor)
 	}
 	// Runs that ask hold no goroutine or connection while they wait: far
 	// from the 4 goroutines and ~47 KiB of heap of a streaming run. (The

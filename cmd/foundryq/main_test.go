@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
 
@@ -261,10 +264,31 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exited %d\n%s\n%s", code, stdout, stderr)
 	}
 	for _, want := range []string{"server-side status of", ": cancelled", "tool calls completed after the cancel:   0", "tokens generated after the cancel:       0",
-		"waits for approval of lookup_customer", "[step 2 started", "One run, two responses"} {
+		"waits for approval of lookup_customer", "[step 2 started", "One run, two responses",
+		"5. A function tool served over NATS by this process", "[tool get_weather started]", "[cancel sent while get_weather runs",
+		"[the service's ctx ended", "tools: the worker cancelled the call", "[run cancelled: a cancel was requested"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout)
 		}
+	}
+	// The served tool's step: its ctx ended well before the call's 1 s.
+	if m := regexp.MustCompile(`\[the service's ctx ended ([0-9.]+(?:µs|ms|s)) after the cancel was sent`).FindStringSubmatch(stdout); m == nil {
+		t.Errorf("no time from the cancel to the service's ctx:\n%s", stdout)
+	} else if d, err := time.ParseDuration(m[1]); err != nil || d >= time.Second {
+		t.Errorf("the service's ctx ended %s after the cancel", m[1])
+	}
+}
+
+// The demo's served tool step says so, instead of waiting, when the
+// worker does not call served tools and asks the run's caller instead.
+func TestDemoServedToolNotCalled(t *testing.T) {
+	stack := devstack.StartT(t, devstack.Config{Workers: 1, Worker: consumer.Config{DisableServedTools: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out testkit.Buffer
+	err := demoServedTool(ctx, stack, time.Second, &out, func(string, ...any) {})
+	if err == nil || !strings.Contains(err.Error(), "asked the caller for the output of get_weather") {
+		t.Fatalf("demo step: %v\n%s", err, out.String())
 	}
 }
 

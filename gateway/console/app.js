@@ -164,9 +164,8 @@ async function answer(div, body) {
   for (const b of div.querySelectorAll("button")) b.disabled = true;
   try {
     const reply = await api("POST", "/v1/runs/" + encodeURIComponent(id) + "/input", body);
-    // The run's input.received may have come first (markAnswered): it
-    // says more than "sent" and stays.
-    if (!div.dataset.answered) div.querySelector(".note").textContent = reply.result === "accepted" ? "sent" : reply.result.replace("_", " ");
+    // The run's input.received may come before this reply: it has the last word.
+    if (!div.dataset.received) div.querySelector(".note").textContent = reply.result === "accepted" ? "sent" : reply.result.replace("_", " ");
   } catch (e) {
     div.querySelector(".note").textContent = "not sent: " + e.message;
     for (const b of div.querySelectorAll("button")) b.disabled = false;
@@ -176,7 +175,7 @@ async function answer(div, body) {
 function markAnswered(ev) {
   const div = [...document.querySelectorAll("#run-asked .asked")].find((d) => d.dataset.itemId === ev.input.id);
   if (div) {
-    div.dataset.answered = "1";
+    div.dataset.received = "1";
     for (const b of div.querySelectorAll("button")) b.disabled = true;
     div.querySelector(".note").textContent = ev.input.kind === "approval" ? (ev.input.approve ? "approved" : "denied") : "output received";
   }
@@ -207,19 +206,51 @@ function toolLabel(tool) {
   return [tool.server_label, tool.name].filter(Boolean).join("/") || tool.type;
 }
 
+// OUTPUT_SHOWN bounds the characters of a function tool's output shown
+// inline; the worker's event carries at most 4 KiB of it (output_truncated
+// when it cut more).
+const OUTPUT_SHOWN = 160;
+
+// outputText is a function tool's output as shown: its beginning, and a
+// mark saying so when it is cut.
+function outputText(ev) {
+  const chars = Array.from(ev.output || "");
+  const cut = chars.length > OUTPUT_SHOWN || ev.output_truncated;
+  if (!cut) return "\u2192 " + chars.join("");
+  const total = (ev.output_truncated ? "more than " : "") + chars.length;
+  return "\u2192 " + chars.slice(0, OUTPUT_SHOWN).join("") + " \u2026 [truncated: " + Math.min(chars.length, OUTPUT_SHOWN) + " of " + total + " characters shown]";
+}
+
+// showTool shows a tool call inline, one chip per call updated as its
+// events come: name, type (mcp: run by Foundry; function: called by the
+// worker over NATS), status, and a function tool's output. Text only: the
+// output comes from the tool's service.
 function showTool(ev) {
   const box = $("#run-text");
-  const id = "tool-" + (ev.tool.call_id || ev.seq);
+  const tool = ev.tool || {};
+  const id = "tool-" + (tool.call_id || ev.seq);
   let chip = document.getElementById(id);
   if (!chip) {
     chip = document.createElement("span");
     chip.id = id;
     box.append(chip);
   }
-  const kind = ev.type.split(".")[1];
-  chip.className = "tool " + kind;
-  const mark = kind === "started" ? "\u2699 " : kind === "completed" ? "\u2713 " : "\u2717 ";
-  chip.textContent = mark + toolLabel(ev.tool) + (kind === "started" ? " \u2026" : "") + (ev.error ? ": " + ev.error.message : "");
+  const status = ev.type.split(".")[1];
+  const type = tool.type || "mcp";
+  chip.className = "tool " + status;
+  chip.dataset.type = type;
+  const mark = status === "started" ? "\u2699 " : status === "completed" ? "\u2713 " : "\u2717 ";
+  const head = document.createElement("span");
+  head.className = "tool-head";
+  head.textContent = mark + toolLabel(tool) + " \u00b7 " + type + " \u00b7 " + status + (status === "started" ? " \u2026" : "") + (ev.error ? ": " + ev.error.message : "");
+  const parts = [head];
+  if (type === "function" && status === "completed") {
+    const out = document.createElement("span");
+    out.className = "tool-output";
+    out.textContent = outputText(ev);
+    parts.push(out);
+  }
+  chip.replaceChildren(...parts);
   box.scrollTop = box.scrollHeight;
 }
 

@@ -38,8 +38,8 @@ type Config struct {
 	// endpoint negotiates. Default false: HTTP/1.1.
 	H2C bool
 	// EventInterval is the worker's --event-interval in the relay, cancel,
-	// waste and memory phases. Default 50ms, the worker's default. The
-	// throughput and latency phases run with the interval off.
+	// tool_cancel, waste and memory phases. Default 50ms, the worker's
+	// default. The throughput and latency phases run with the interval off.
 	EventInterval time.Duration
 	// TokenRate is the tokens per second each streaming run generates in
 	// the latency and cancel phases (a fast model). Default 50.
@@ -69,9 +69,14 @@ type Config struct {
 	// Default 3s (quick: 1s).
 	CancelSpread time.Duration
 	// WasteRuns runs with a ToolDelay MCP tool call are cancelled mid-tool,
-	// each way. Default 50 (quick: 10) and 3s (quick: 1.5s).
+	// each way, and as many calls to a ToolDelay served function tool.
+	// Default 50 (quick: 10) and 3s (quick: 1.5s).
 	WasteRuns int
 	ToolDelay time.Duration
+	// ToolCancelRuns runs, each in a call to a served function tool, are
+	// cancelled over CancelSpread in the tool_cancel phase. Default 100
+	// (quick: 20).
+	ToolCancelRuns int
 	// MemoryRuns are the concurrent streaming runs at which memory is
 	// measured, each streaming a token every MemoryTokenDelay. Default
 	// 1,000 and 5,000 (quick: 200 and 500), 2s.
@@ -132,6 +137,7 @@ func (c Config) withDefaults() Config {
 	}
 	pickD(&c.CancelSpread, 3*time.Second, time.Second)
 	pick(&c.WasteRuns, 50, 10)
+	pick(&c.ToolCancelRuns, 100, 20)
 	pickD(&c.ToolDelay, 3*time.Second, 1500*time.Millisecond)
 	if c.MemoryRuns == nil {
 		c.MemoryRuns = []int{1000, 5000}
@@ -150,7 +156,7 @@ func (c Config) validate() error {
 	if c.Binary == "" {
 		return errors.New("loadtest: no foundryq binary (Config.Binary)")
 	}
-	for _, n := range []int{c.TokenRate, c.ThroughputRuns, c.ThroughputTokens, c.RawMessages, c.RelayRuns, c.RelayTokens, c.WasteRuns, c.WaitingRuns, c.MaxRuns} {
+	for _, n := range []int{c.TokenRate, c.ThroughputRuns, c.ThroughputTokens, c.RawMessages, c.RelayRuns, c.RelayTokens, c.WasteRuns, c.ToolCancelRuns, c.WaitingRuns, c.MaxRuns} {
 		if n < 1 {
 			return fmt.Errorf("loadtest: counts must be at least 1, got %d", n)
 		}
@@ -186,14 +192,14 @@ func (c Config) validate() error {
 // Phases are the phases of a benchmark, in the order they run, named as
 // the keys of the report's JSON (throughput's figures are in raw_publish
 // and latency).
-var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "waste", "memory", "waiting"}
+var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "tool_cancel", "waste", "memory", "waiting"}
 
 // runs reports whether phase p runs.
 func (c Config) runs(p string) bool { return len(c.Phases) == 0 || slices.Contains(c.Phases, p) }
 
 // workerConcurrency is the worker's --concurrency: room for the largest load.
 func (c Config) workerConcurrency() int {
-	n := max(c.ThroughputRuns, c.RelayRuns, c.MaxRuns, 2*c.WasteRuns, c.WaitingRuns)
+	n := max(c.ThroughputRuns, c.RelayRuns, c.MaxRuns, 2*c.WasteRuns, c.ToolCancelRuns, c.WaitingRuns)
 	for _, m := range c.MemoryRuns {
 		n = max(n, m)
 	}

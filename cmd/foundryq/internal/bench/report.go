@@ -14,6 +14,9 @@ const (
 	// TargetCancelP99: cancel p99 (request to reply and to run.cancelled
 	// stored), ms, at half the maximum load.
 	TargetCancelP99 = 50.0
+	// TargetToolCancelP99: from a cancel request to the handler's ctx of
+	// the run's call to a served function tool ending, p99, ms.
+	TargetToolCancelP99 = 100.0
 	// TargetWaitingPerRun: worker RSS and heap in use after a GC, KiB, per
 	// run waiting for its caller's answers: 5,000 waiting runs add at most
 	// 5 MiB (5 MiB / 5,000 = 1.024 KiB).
@@ -23,13 +26,14 @@ const (
 // Report is what a benchmark measured. Its JSON form is what
 // `foundryq bench --json` writes.
 type Report struct {
-	Relay      RelayReport   `json:"relay"`
-	RawPublish RawReport     `json:"raw_publish"`
-	Latency    LatencyReport `json:"latency"`
-	Memory     MemoryReport  `json:"memory"`
-	Cancel     CancelReport  `json:"cancel"`
-	Waste      WasteReport   `json:"waste"`
-	Waiting    WaitingReport `json:"waiting"`
+	Relay      RelayReport      `json:"relay"`
+	RawPublish RawReport        `json:"raw_publish"`
+	Latency    LatencyReport    `json:"latency"`
+	Memory     MemoryReport     `json:"memory"`
+	Cancel     CancelReport     `json:"cancel"`
+	ToolCancel ToolCancelReport `json:"tool_cancel"`
+	Waste      WasteReport      `json:"waste"`
+	Waiting    WaitingReport    `json:"waiting"`
 }
 
 // RelayReport: what relaying a token costs the worker, against the bare
@@ -141,14 +145,56 @@ type CancelPoint struct {
 	NotCancelled int `json:"not_cancelled"`
 }
 
+// ToolCancelReport: how soon a cancel reaches the function tools a run is
+// calling, each run in a call to a tool served over NATS that holds until
+// its ctx ends. The tool is served by the bench's own process, so that
+// both ends are read on one clock.
+type ToolCancelReport struct {
+	Runs int `json:"runs"`
+	// CtxCancelled: from the cancel request (events.Client.Cancel called)
+	// to the service's handler seeing its ctx end (the worker's cancel
+	// message).
+	CtxCancelled Percentiles `json:"ctx_cancelled"`
+	// Stored: from the cancel request to the run's run.cancelled received.
+	Stored Percentiles `json:"cancelled_stored"`
+	// NotReached counts calls whose ctx did not end at the worker's cancel
+	// message and runs that did not end run.cancelled.
+	NotReached int     `json:"not_reached"`
+	Target     float64 `json:"target_max_p99_ms"`
+	Met        bool    `json:"met"`
+}
+
 // WasteReport: work done upstream after the user asked to cancel, a run
-// cancelled mid-tool-call.
+// cancelled mid-tool-call: an MCP tool call run by Foundry, and a function
+// tool served over NATS (FunctionTools).
 type WasteReport struct {
-	Runs        int          `json:"runs"`
-	ToolDelayMS float64      `json:"tool_delay_ms"`
-	Naive       WasteFigures `json:"naive_disconnect"`
-	Foundryq    WasteFigures `json:"foundryq"`
-	Met         bool         `json:"met"`
+	Runs          int                `json:"runs"`
+	ToolDelayMS   float64            `json:"tool_delay_ms"`
+	Naive         WasteFigures       `json:"naive_disconnect"`
+	Foundryq      WasteFigures       `json:"foundryq"`
+	Met           bool               `json:"met"`
+	FunctionTools FunctionToolsWaste `json:"function_tools"`
+}
+
+// FunctionToolsWaste: the work a function tool's service does after the
+// user asked to stop, Runs calls each way: foundryq's cancel reaches the
+// service; a naive client that runs the tool itself over NATS can only
+// close its connection, which the service does not hear.
+type FunctionToolsWaste struct {
+	Runs        int      `json:"runs"`
+	ToolDelayMS float64  `json:"tool_delay_ms"`
+	Naive       ToolWork `json:"naive_disconnect"`
+	Foundryq    ToolWork `json:"foundryq"`
+	Met         bool     `json:"met"`
+}
+
+// ToolWork is what the calls of a tool's service did after the ask.
+type ToolWork struct {
+	// ToolSeconds: the handlers' running time after the ask, summed over
+	// the calls.
+	ToolSeconds float64 `json:"tool_seconds"`
+	// CallsToEnd: calls that ran their whole time, their ctx never ended.
+	CallsToEnd int `json:"calls_run_to_end"`
 }
 
 // WasteFigures are tokens generated and tool calls completed upstream after

@@ -49,6 +49,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		{"latency", b.latency},
 		{"relay", b.relay},
 		{"cancel", b.cancel},
+		{"tool_cancel", b.toolCancel},
 		{"waste", b.waste},
 		{"memory", b.memory},
 		{"waiting", b.waiting},
@@ -57,7 +58,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		if !cfg.runs(st.name) {
 			continue
 		}
-		if st.name == "waste" && b.sys.worker == nil {
+		if (st.name == "tool_cancel" || st.name == "waste") && b.sys.worker == nil {
 			if err := b.sys.startWorker(ctx, cfg.EventInterval); err != nil {
 				return rep, fmt.Errorf("bench: %s: %w", st.name, err)
 			}
@@ -94,15 +95,20 @@ func (b *bench) prefix(tag string) string {
 	return fmt.Sprintf("b%d-%s", b.seq, tag)
 }
 
-// submit submits n runs named prefix-0 ... with metadata md, 32 at a time.
-func (b *bench) submit(ctx context.Context, prefix string, n int, md map[string]string) ([]string, error) {
+// submit submits n runs named prefix-0 ... with metadata md and the
+// tools given (JSON objects), 32 at a time.
+func (b *bench) submit(ctx context.Context, prefix string, n int, md map[string]string, tools ...string) ([]string, error) {
 	ids := make([]string, n)
+	var list []json.RawMessage
+	for _, t := range tools {
+		list = append(list, json.RawMessage(t))
+	}
 	var g errgroup.Group
 	g.SetLimit(32)
 	for i := range n {
 		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
 		g.Go(func() error {
-			_, err := b.sys.client.Submit(ctx, events.RunRequest{RunID: ids[i], Model: "bench", Input: json.RawMessage(`"benchmark"`), Metadata: md})
+			_, err := b.sys.client.Submit(ctx, events.RunRequest{RunID: ids[i], Model: "bench", Input: json.RawMessage(`"benchmark"`), Metadata: md, Tools: list})
 			return err
 		})
 	}
@@ -460,52 +466,12 @@ func (b *bench) cancel(ctx context.Context) error {
 		rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 		measured := ids[:max(1, min(len(ids), max(len(ids)/4, 10)))]
 		pt.Cancelled = len(measured)
-		var mu sync.Mutex
-		var replies []time.Duration
-		asked := make(map[string]time.Time, len(measured))
-		var g errgroup.Group
-		gap := c.CancelSpread / time.Duration(len(measured))
-		next := time.Now()
-		for _, id := range measured {
-			if d := time.Until(next); d > 0 {
-				select {
-				case <-time.After(d):
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			next = next.Add(gap)
-			g.Go(func() error {
-				t0 := time.Now()
-				reply, err := b.sys.client.Cancel(ctx, id, "bench")
-				d := time.Since(t0)
-				if err != nil {
-					return fmt.Errorf("cancel %s: %w", id, err)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if reply.Result != events.CancelCancelling {
-					pt.NotCancelled++
-				}
-				replies = append(replies, d)
-				asked[id] = t0
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
+		sc, err := b.spreadCancels(ctx, measured, c.CancelSpread)
+		if err != nil {
 			return err
 		}
-		_ = b.sys.watch.waitAll(ctx, measured, events.TypeRunCancelled, time.Minute)
-		var stored []time.Duration
-		for _, id := range measured {
-			at := b.sys.watch.at(id, events.TypeRunCancelled)
-			if at.IsZero() {
-				pt.NotCancelled++
-				continue
-			}
-			stored = append(stored, at.Sub(asked[id]))
-		}
-		pt.Reply, pt.Stored = percentiles(replies), percentiles(stored)
+		pt.NotCancelled = sc.notCancelling + sc.notStored
+		pt.Reply, pt.Stored = percentiles(sc.replies), percentiles(sc.stored)
 		cr.Points = append(cr.Points, pt)
 		if f == 0.5 && (pt.Reply.P99 > TargetCancelP99 || pt.Stored.P99 > TargetCancelP99 || pt.NotCancelled > 0) {
 			cr.Met = false
@@ -516,4 +482,62 @@ func (b *bench) cancel(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// spreadCancelled is what the cancels sent by spreadCancels came to.
+type spreadCancelled struct {
+	asked         map[string]time.Time // when each cancel was sent
+	replies       []time.Duration      // from each cancel to its reply
+	stored        []time.Duration      // from each cancel to its run.cancelled received
+	notCancelling int                  // replies other than "cancelling"
+	notStored     int                  // runs with no run.cancelled within a minute
+}
+
+// spreadCancels cancels the runs of ids, one after the other over spread,
+// each on a goroutine of its own, and waits for their run.cancelled.
+func (b *bench) spreadCancels(ctx context.Context, ids []string, spread time.Duration) (spreadCancelled, error) {
+	sc := spreadCancelled{asked: make(map[string]time.Time, len(ids))}
+	var mu sync.Mutex
+	var g errgroup.Group
+	gap := spread / time.Duration(len(ids))
+	next := time.Now()
+	for _, id := range ids {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return sc, ctx.Err()
+			}
+		}
+		next = next.Add(gap)
+		g.Go(func() error {
+			t0 := time.Now()
+			reply, err := b.sys.client.Cancel(ctx, id, "bench")
+			d := time.Since(t0)
+			if err != nil {
+				return fmt.Errorf("cancel %s: %w", id, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if reply.Result != events.CancelCancelling {
+				sc.notCancelling++
+			}
+			sc.replies = append(sc.replies, d)
+			sc.asked[id] = t0
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return sc, err
+	}
+	_ = b.sys.watch.waitAll(ctx, ids, events.TypeRunCancelled, time.Minute)
+	for _, id := range ids {
+		at := b.sys.watch.at(id, events.TypeRunCancelled)
+		if at.IsZero() {
+			sc.notStored++
+			continue
+		}
+		sc.stored = append(sc.stored, at.Sub(sc.asked[id]))
+	}
+	return sc, nil
 }

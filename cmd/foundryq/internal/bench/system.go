@@ -39,6 +39,7 @@ type system struct {
 	names  events.Names
 	watch  *watcher
 	hc     *http.Client
+	tool   *toolServer // started by the first phase that calls it
 }
 
 const apiKey = "bench"
@@ -117,6 +118,18 @@ func startSystem(ctx context.Context, cfg Config) (s *system, err error) {
 	return s, nil
 }
 
+// toolServer returns the service of benchTool, started on first use.
+func (s *system) toolServer() (*toolServer, error) {
+	if s.tool == nil {
+		srv, err := serveTool(s.natsURL, s.names.Prefix)
+		if err != nil {
+			return nil, err
+		}
+		s.tool = srv
+	}
+	return s.tool, nil
+}
+
 // foundryURL is the emulator's v1 base URL.
 func (s *system) foundryURL() string { return s.emuURL + "/openai/v1/" }
 
@@ -188,6 +201,9 @@ func (s *system) alive() error {
 // close stops everything, the worker first.
 func (s *system) close() error {
 	var errs []error
+	if s.tool != nil {
+		errs = append(errs, s.tool.close())
+	}
 	if s.watch != nil {
 		s.watch.close()
 	}

@@ -41,6 +41,7 @@ func TestConfigPhases(t *testing.T) {
 		{nil, ""},
 		{[]string{"waiting"}, ""},
 		{[]string{"memory", "waiting", "waste", "relay"}, ""},
+		{[]string{"tool_cancel"}, ""},
 		{[]string{"throughput", "latency", "cancel", "raw_publish"}, ""},
 		{[]string{"wait"}, `unknown phase "wait"`},
 		{[]string{""}, `unknown phase ""`},

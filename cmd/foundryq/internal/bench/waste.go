@@ -27,13 +27,7 @@ func (b *bench) waste(ctx context.Context) error {
 	b.progress("waste: %d runs with a %s MCP tool call, cancelled %s into it: (a) a naive client drops its stream, (b) foundryq cancel", c.WasteRuns, c.ToolDelay, midTool)
 	md := map[string]string{"emu_tool_ms": strconv.FormatInt(c.ToolDelay.Milliseconds(), 10), "emu_tokens": "50", "emu_token_ms": "20"}
 	naivePrefix, fqPrefix := b.prefix("naive"), b.prefix("wastefq")
-	var mu sync.Mutex
-	asked := map[string]time.Time{}
-	ask := func(id string) {
-		mu.Lock()
-		asked[id] = time.Now()
-		mu.Unlock()
-	}
+	asks := newAskLog()
 	var g errgroup.Group
 	// (a) The naive client: a foreground stream, dropped mid-tool.
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
@@ -61,7 +55,7 @@ func (b *bench) waste(ctx context.Context) error {
 				return fmt.Errorf("%s: the stream ended before its tool call started", id)
 			}
 			time.Sleep(midTool) // the user's think time, not a wait for a condition
-			ask(id)
+			asks.ask(id)
 			return body.Close() // dropped, as a naive client cancels
 		})
 	}
@@ -70,17 +64,9 @@ func (b *bench) waste(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		g.Go(func() error {
-			if err := b.sys.watch.waitAll(ctx, []string{id}, events.TypeToolStarted, 2*time.Minute); err != nil {
-				return err
-			}
-			time.Sleep(midTool)
-			ask(id)
-			_, err := b.sys.client.Cancel(ctx, id, "bench")
-			return err
-		})
-	}
+	b.cancelMidTool(ctx, &g, ids, asks, func(id string) error {
+		return b.sys.watch.waitAll(ctx, []string{id}, events.TypeToolStarted, 2*time.Minute)
+	})
 	if err := g.Wait(); err != nil {
 		return err
 	}
@@ -89,6 +75,7 @@ func (b *bench) waste(ctx context.Context) error {
 	}
 	// Leave time for what a cancel failed to stop to show: the tool call's
 	// end and the tokens after it.
+	asked := asks.at
 	var last time.Time
 	for _, t := range asked {
 		if t.After(last) {
@@ -122,7 +109,87 @@ func (b *bench) waste(ctx context.Context) error {
 	}
 	wr.Met = wr.Foundryq == (WasteFigures{}) && wr.Naive.Tokens+wr.Naive.ToolCalls > 0
 	b.progress("waste: naive disconnect %d tokens, %d tool calls after the ask; foundryq %d tokens, %d tool calls", wr.Naive.Tokens, wr.Naive.ToolCalls, wr.Foundryq.Tokens, wr.Foundryq.ToolCalls)
+	return b.wasteFunctionTools(ctx)
+}
+
+// wasteFunctionTools calls a ToolDelay function tool served over NATS
+// WasteRuns times two ways at once, and stops each call midTool into it:
+// (a) a naive client that runs the tool itself drops its connection, (b)
+// foundryq's cancel of a run whose model called the tool. It sums the time
+// the service's handlers ran after the moment the user asked.
+func (b *bench) wasteFunctionTools(ctx context.Context) error {
+	c := b.cfg
+	fw := &b.rep.Waste.FunctionTools
+	*fw = FunctionToolsWaste{Runs: c.WasteRuns, ToolDelayMS: ms(c.ToolDelay)}
+	srv, err := b.sys.toolServer()
+	if err != nil {
+		return err
+	}
+	srv.holdFor(c.ToolDelay)
+	b.progress("waste: %d calls of a %s function tool served over NATS, stopped %s into them: (a) a naive client drops its connection, (b) foundryq cancel", c.WasteRuns, c.ToolDelay, midTool)
+	asks := newAskLog()
+	naivePrefix := b.prefix("naivefn")
+	naive := make([]string, c.WasteRuns)
+	var g errgroup.Group
+	for i := range naive {
+		naive[i] = fmt.Sprintf("%s-%d", naivePrefix, i)
+		g.Go(func() error { return b.naiveCall(ctx, srv, naive[i], midTool, asks.ask) })
+	}
+	ids, err := b.submit(ctx, b.prefix("wastefn"), c.WasteRuns, functionCallMD, functionTools...)
+	if err != nil {
+		return err
+	}
+	// Cancelled once the service has the call: the worker's cancel message
+	// cannot overtake it.
+	b.cancelMidTool(ctx, &g, ids, asks, func(id string) error { return srv.waitStarted(ctx, []string{id}, 2*time.Minute) })
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := b.sys.watch.waitAll(ctx, ids, events.TypeRunCancelled, time.Minute); err != nil {
+		return err
+	}
+	// Every call ends by itself: at its cancel, or at the end of its time.
+	if err := srv.waitEnded(ctx, append(naive, ids...), c.ToolDelay+time.Minute); err != nil {
+		return err
+	}
+	fw.Naive, fw.Foundryq = srv.toolWork(naive, asks.at), srv.toolWork(ids, asks.at)
+	// At most the cancel target per call after the ask, and none to its end.
+	fw.Met = fw.Foundryq.CallsToEnd == 0 && fw.Foundryq.ToolSeconds <= float64(c.WasteRuns)*TargetToolCancelP99/1000 && fw.Naive.CallsToEnd > 0
+	b.progress("waste: function tools ran %.2f s after the ask (%d calls to their end) for the naive client, %.3f s (%d) with foundryq",
+		fw.Naive.ToolSeconds, fw.Naive.CallsToEnd, fw.Foundryq.ToolSeconds, fw.Foundryq.CallsToEnd)
 	return nil
+}
+
+// askLog notes when the user asked to stop each run (or call).
+type askLog struct {
+	mu sync.Mutex
+	at map[string]time.Time // read once every ask is made
+}
+
+func newAskLog() *askLog { return &askLog{at: map[string]time.Time{}} }
+
+// ask notes that the user asks now to stop id.
+func (a *askLog) ask(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.at[id] = time.Now()
+}
+
+// cancelMidTool cancels each run of ids through foundryq midTool after
+// started(id) returned (its tool call started), noting the ask first; each
+// on a goroutine of g.
+func (b *bench) cancelMidTool(ctx context.Context, g *errgroup.Group, ids []string, asks *askLog, started func(id string) error) {
+	for _, id := range ids {
+		g.Go(func() error {
+			if err := started(id); err != nil {
+				return err
+			}
+			time.Sleep(midTool) // the user's think time, not a wait for a condition
+			asks.ask(id)
+			_, err := b.sys.client.Cancel(ctx, id, "bench")
+			return err
+		})
+	}
 }
 
 // settle waits until not before, then until every response of the
