@@ -80,6 +80,9 @@ func (s *Service) begin(call Call, h nats.Header) (context.Context, *inflight, b
 	}
 	s.calls[f] = struct{}{}
 	s.running.Add(1)
+	if s.early.take(callKey{call.RunID, call.CallID}, time.Now()) {
+		f.cancel(ErrCancelled)
+	}
 	return ctx, f, true
 }
 

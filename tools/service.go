@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -29,6 +30,7 @@ type Service struct {
 	mu      sync.Mutex
 	stopped bool
 	calls   map[*inflight]struct{} // registered calls, running or waiting for a slot
+	early   earlyCancels           // cancels that came before their call
 	stats   Stats                  // InFlight and the errors; Waiting is computed
 	running sync.WaitGroup         // registered calls
 }
@@ -42,10 +44,14 @@ type inflight struct {
 // Stats is the data of the endpoint's entry in micro's STATS (nats micro
 // stats shows it).
 type Stats struct {
-	InFlight  int    `json:"in_flight"`  // handlers running now
-	Waiting   int    `json:"waiting"`    // calls waiting for a free slot
-	Errors    int    `json:"errors"`     // error replies sent (every code)
-	LastError string `json:"last_error"` // the last one's code and description
+	InFlight int `json:"in_flight"` // handlers running now
+	Waiting  int `json:"waiting"`   // calls waiting for a free slot
+	Errors   int `json:"errors"`    // error replies sent (every code)
+	// EarlyCancels counts cancel messages that named no registered call:
+	// each is remembered for a while, in case its call is still on the way
+	// (or goes to another instance, which every instance hears too).
+	EarlyCancels int    `json:"early_cancels"`
+	LastError    string `json:"last_error"` // the last one's code and description
 }
 
 // Serve registers a micro service named name whose endpoint
@@ -151,9 +157,15 @@ func (s *Service) onCancel(m *nats.Msg) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	found := false
 	for f := range s.calls {
 		if f.call.RunID == runID && f.call.CallID == callID {
 			f.cancel(ErrCancelled)
+			found = true
 		}
+	}
+	if !found {
+		s.early.add(callKey{runID, callID}, time.Now())
+		s.stats.EarlyCancels++
 	}
 }

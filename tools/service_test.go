@@ -643,3 +643,25 @@ func TestHandlerContextCarriesTheTrace(t *testing.T) {
 	m.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	wantOutput(t, request(t, nc, m), "4bf92f3577b34da6a3ce929d0e0e4736")
 }
+
+// A cancel that overtakes its call (the request and the cancel message are
+// handled on different goroutines, and the worker may cancel at once) is
+// remembered: the call, when it comes, is answered without running.
+func TestCancelBeforeTheCallArrives(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	b := newBlocker()
+	svc := serve(t, nc, "slow", b.handle)
+	publishCancel(t, nc, "r1", "c1")
+	publishCancel(t, nc, "r1", "c0") // another call: r1/c2 below still runs
+	testkit.Eventually(t, wait, "the service to note both cancels", func() bool { return svc.Stats().EarlyCancels == 2 })
+
+	wantError(t, answer(t, send(t, nc, toolRequest("slow", "r1", "c1", `{}`))), "503", tools.ErrCancelled.Error())
+	other := send(t, nc, toolRequest("slow", "r1", "c2", `{}`))
+	b.waitStarted(t, 1)
+	close(b.releaser("r1/c2"))
+	wantOutput(t, answer(t, other), "released r1/c2")
+	if slices.Contains(b.startedKeys(), "r1/c1") {
+		t.Fatal("the handler ran for a call cancelled before it came")
+	}
+}
