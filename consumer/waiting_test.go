@@ -1,0 +1,121 @@
+package consumer_test
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
+)
+
+// A waiting run's record is not written again until it is answered, so a
+// worker started after the one that paused it never hears its deadlines
+// written: it reads the records at start. input_timeout_seconds and
+// timeout_seconds both end such runs, from a worker started after the
+// pause.
+func TestWaitingDeadlinesAfterARestart(t *testing.T) {
+	e := setup(t)
+	first := e.startWorker(consumer.Config{WorkerID: "first"})
+	quiet := askingRequest("ask-restart-input")
+	quiet.InputTimeoutSeconds = 3
+	timed := askingRequest("ask-restart-timeout")
+	timed.TimeoutSeconds = 4
+	e.submit(quiet)
+	e.submit(timed)
+	e.waitEvent(quiet.RunID, events.TypeInputRequired, 20*time.Second)
+	e.waitEvent(timed.RunID, events.TypeInputRequired, 20*time.Second)
+	first.shutdown(t)
+	for _, id := range []string{quiet.RunID, timed.RunID} {
+		if st := e.state(id); st.Status != events.StatusWaiting {
+			t.Fatalf("%s is %s once the first worker stopped: it ended the run itself (a slow machine?), the test shows nothing", id, st.Status)
+		}
+	}
+	e.startWorker(consumer.Config{WorkerID: "second"})
+
+	end := checkWellFormed(t, e.collect(quiet.RunID, 30*time.Second))
+	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeInputTimeout {
+		t.Fatalf("%s ended %+v, want run.failed input_timeout", quiet.RunID, end)
+	}
+	end = checkWellFormed(t, e.collect(timed.RunID, 30*time.Second))
+	if end.Type != events.TypeRunCancelled || end.Reason != events.ReasonTimeout || end.UpstreamStatus != "completed" {
+		t.Fatalf("%s ended %+v, want run.cancelled timeout", timed.RunID, end)
+	}
+	for _, id := range []string{quiet.RunID, timed.RunID} {
+		if n := len(e.emu.Records(id)); n != 1 {
+			t.Fatalf("%s: %d upstream responses, want 1", id, n)
+		}
+	}
+}
+
+// A worker cut off from NATS while a run paused hears nothing of it: once
+// it is back, it reads the records again and enforces the run's input
+// deadline, the worker that paused it having stopped meanwhile.
+func TestWaitingDeadlinesAfterAReconnect(t *testing.T) {
+	e := setup(t, withNATS(natsembed.Config{}))
+	cut := &cuttableDialer{}
+	cutOff, err := e.stack.StartWorker(consumer.Config{WorkerID: "cut-off"}, nats.SetCustomDialer(cut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the worker to be ready", func() bool { return cutOff.Ready(testCtx(t)) == nil })
+	cut.set(true)
+	testkit.Eventually(t, 10*time.Second, "the worker to be cut off", func() bool {
+		return !cutOff.Jobs.IsConnected() && !cutOff.Events.IsConnected()
+	})
+
+	pauser := e.startWorker(consumer.Config{WorkerID: "pauser"})
+	req := askingRequest("ask-reconnect")
+	req.InputTimeoutSeconds = 3
+	e.submit(req)
+	e.waitEvent(req.RunID, events.TypeInputRequired, 20*time.Second)
+	pauser.shutdown(t)
+	if st := e.state(req.RunID); st.Status != events.StatusWaiting {
+		t.Fatalf("%s is %s once the worker that paused it stopped (a slow machine?): the test shows nothing", req.RunID, st.Status)
+	}
+	cut.set(false)
+
+	end := checkWellFormed(t, e.collect(req.RunID, 30*time.Second))
+	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeInputTimeout {
+		t.Fatalf("%s ended %+v, want run.failed input_timeout", req.RunID, end)
+	}
+}
+
+// cuttableDialer dials NATS on loopback until it is cut: then it closes
+// the connections it made and refuses new ones until it is set back.
+type cuttableDialer struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (d *cuttableDialer) Dial(network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut {
+		return nil, errors.New("cut off")
+	}
+	c, err := net.DialTimeout(network, address, 5*time.Second)
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *cuttableDialer) set(cut bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cut = cut
+	if cut {
+		for _, c := range d.conns {
+			_ = c.Close()
+		}
+		d.conns = nil
+	}
+}
