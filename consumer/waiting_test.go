@@ -1,8 +1,10 @@
 package consumer_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
@@ -117,5 +120,54 @@ func (d *cuttableDialer) set(cut bool) {
 			_ = c.Close()
 		}
 		d.conns = nil
+	}
+}
+
+// A cancel during a later step stops that step's response server-side
+// (Foundry's record says cancelled), and run.cancelled carries the usage
+// of both steps, the cancelled one's as Foundry billed it.
+func TestCancelDuringALaterStepsStream(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	req := request("ask-cancel-step", map[string]string{foundrytest.KeyToolMS: "10", foundrytest.KeyTokens: "100000", foundrytest.KeyTokenMS: "20"})
+	req.Tools = []json.RawMessage{json.RawMessage(askingTool)}
+	e.submit(req)
+	asked := e.waitEvent(req.RunID, events.TypeInputRequired, 20*time.Second)
+	if r, err := e.client.Approve(testCtx(t), req.RunID, asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	e.waitEvent(req.RunID, events.TypeTextDelta, 30*time.Second) // step 2 streams (step 1 stopped at the approval)
+	if reply := e.cancel(req.RunID); reply.Result != events.CancelCancelling {
+		t.Fatalf("cancel: %+v", reply)
+	}
+	evs := e.collect(req.RunID, 30*time.Second)
+	end := checkWellFormed(t, evs)
+	recs := e.emu.Records(req.RunID)
+	if len(recs) != 2 {
+		t.Fatalf("%d upstream responses, want one per step (2)", len(recs))
+	}
+	if recs[1].Status != "cancelled" || recs[1].CancelledAt.IsZero() || recs[0].Status != "completed" {
+		t.Fatalf("upstream: step 1 %s, step 2 %s (cancelled at %v); want completed, then cancelled by the cancel call",
+			recs[0].Status, recs[1].Status, recs[1].CancelledAt)
+	}
+	if end.Type != events.TypeRunCancelled || end.ResponseID != recs[1].ID || end.UpstreamStatus != "cancelled" {
+		t.Fatalf("end %+v, want run.cancelled naming step 2's response %s", end, recs[1].ID)
+	}
+	st := e.state(req.RunID)
+	if len(st.Steps) != 1 || st.Steps[0].Usage == nil {
+		t.Fatalf("steps on record: %+v", st.Steps)
+	}
+	first := *st.Steps[0].Usage
+	second, err := e.up.Get(testCtx(t), recs[1].ID)
+	if err != nil || second.Usage == nil {
+		t.Fatalf("step 2's response: %+v, %v", second, err)
+	}
+	want := events.Usage{InputTokens: first.InputTokens + second.Usage.InputTokens, OutputTokens: first.OutputTokens + second.Usage.OutputTokens,
+		TotalTokens: first.TotalTokens + second.Usage.TotalTokens}
+	if end.Usage == nil || *end.Usage != want || first.InputTokens == 0 || second.Usage.OutputTokens != int64(recs[1].Tokens) {
+		t.Fatalf("usage %+v, want both steps' %+v (step 1 %+v, step 2 as Foundry billed it %+v)", end.Usage, want, first, *second.Usage)
+	}
+	if text(evs) == "" || !strings.HasPrefix(recs[1].Text, text(evs)) {
+		t.Fatalf("text %q is not the start of step 2's %q", text(evs), recs[1].Text)
 	}
 }
