@@ -1,9 +1,15 @@
 package consumer_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +19,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/testkit"
@@ -169,5 +176,92 @@ func TestCancelDuringALaterStepsStream(t *testing.T) {
 	}
 	if text(evs) == "" || !strings.HasPrefix(recs[1].Text, text(evs)) {
 		t.Fatalf("text %q is not the start of step 2's %q", text(evs), recs[1].Text)
+	}
+}
+
+// An owner killed between the answer and its next step's create (it took
+// the step's job and claimed the step, then died before the create was
+// marked: here it waits for its create gate, closed by a 429 to another
+// run): the next owner creates the step, exactly once, and the run
+// completes.
+func TestOwnerKilledBetweenTheAnswerAndTheNextCreate(t *testing.T) {
+	e := setup(t, withProvision(consumer.ProvisionConfig{AckWait: 2 * time.Second}))
+	const decoy = "ask-gate-decoy"
+	refused := make(chan struct{})
+	var refuseOnce sync.Once
+	target, err := url.Parse(e.emu.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/responses") {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var create struct {
+				Metadata map[string]string `json:"metadata"`
+			}
+			if json.Unmarshal(body, &create) == nil && create.Metadata["run_id"] == decoy {
+				// The worker's create gate for the model stays closed for a minute.
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Retry-After", "60")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"error":{"message":"Rate limit is exceeded.","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`))
+				refuseOnce.Do(func() { close(refused) })
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	up, err := foundry.New(foundry.Config{BaseURL: front.URL + target.Path, APIKey: "test-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := e.up
+	e.up = up
+	first := e.startWorker(consumer.Config{WorkerID: "first"})
+	req := askingRequest("ask-gated")
+	e.submit(req)
+	asked := e.waitEvent(req.RunID, events.TypeInputRequired, 20*time.Second)
+	e.submit(request(decoy, map[string]string{foundrytest.KeyTokens: "2"}))
+	select {
+	case <-refused:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the decoy's create never came")
+	}
+	if r, err := e.client.Approve(testCtx(t), req.RunID, asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the first worker to claim step 2", func() bool {
+		st := e.state(req.RunID)
+		return st.Status == events.StatusRunning && st.Step == 2 && st.Owner == "first"
+	})
+	if st := e.state(req.RunID); st.CreateStartedAt != nil || st.ResponseID != "" || len(e.emu.CreateRequests(req.RunID)) != 1 {
+		t.Fatalf("step 2 reached its create before the kill: %+v, %d creates", st, len(e.emu.CreateRequests(req.RunID)))
+	}
+	first.crash()
+	e.up = direct
+	e.startWorker(consumer.Config{WorkerID: "second"})
+
+	evs := e.collect(req.RunID, 60*time.Second)
+	if end := checkWellFormed(t, evs); end.Type != events.TypeRunCompleted {
+		t.Fatalf("ended %+v: %v", end, types(evs))
+	}
+	creates := e.emu.CreateRequests(req.RunID)
+	recs := e.emu.Records(req.RunID)
+	if len(creates) != 2 || len(recs) != 2 || recs[1].PreviousResponseID != recs[0].ID {
+		t.Fatalf("%d creates, %d responses (want one per step, 2, the second continuing the first): %+v", len(creates), len(recs), recs)
+	}
+	if got, want := text(evs), recs[1].Text; got != want {
+		t.Fatalf("text %q, want the second step's %q", got, want)
+	}
+	st := e.state(req.RunID)
+	if len(st.Steps) != 1 || st.Steps[0].ResponseID != recs[0].ID || st.ResponseID != recs[1].ID || st.Step != 2 {
+		t.Fatalf("state %+v", st)
 	}
 }
