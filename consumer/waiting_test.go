@@ -265,3 +265,58 @@ func TestOwnerKilledBetweenTheAnswerAndTheNextCreate(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 }
+
+// Raw answers on foundryq.input.<run_id> that are not JSON, cut short, or
+// larger than an answer may be get the documented invalid reply, and
+// nothing is stored on FOUNDRYQ_INPUTS: the item is still open after them.
+func TestMalformedAndOversizedAnswersAreRefused(t *testing.T) {
+	e := setup(t)
+	e.startWorker(consumer.Config{})
+	req := request("ask-raw", map[string]string{foundrytest.KeyToolMS: "5", foundrytest.KeyTokens: "2"})
+	req.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","name":"get_weather"}`)}
+	e.submit(req)
+	asked := e.waitEvent(req.RunID, events.TypeInputRequired, 20*time.Second)
+	call := asked.Items[0].ID
+	inputs, err := e.js.Stream(testCtx(t), "FOUNDRYQ_INPUTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := inputs.Info(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := `{"id":"` + call + `","output":"` + strings.Repeat("x", events.MaxInputOutputLen+8<<10) + `"}`
+	for name, body := range map[string]string{
+		"not JSON":          `approve it please`,
+		"cut short":         `{"id":"` + call + `","output":"{\"temp\":`,
+		"two objects":       `{"id":"` + call + `","output":"a"}{"id":"` + call + `","output":"b"}`,
+		"oversized":         big,
+		"output over limit": `{"id":"` + call + `","output":"` + strings.Repeat("x", events.MaxInputOutputLen+1) + `"}`,
+	} {
+		msg, err := e.nc.Request("foundryq.input."+req.RunID, []byte(body), 20*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var reply events.InputReply
+		if err := json.Unmarshal(msg.Data, &reply); err != nil || reply.Result != events.InputInvalid || reply.Error == "" {
+			t.Fatalf("%s: reply %s, want result invalid with an error", name, msg.Data)
+		}
+	}
+	after, err := inputs.Info(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State.LastSeq != before.State.LastSeq || after.State.Msgs != before.State.Msgs {
+		t.Fatalf("FOUNDRYQ_INPUTS went from %d messages (last %d) to %d (last %d)", before.State.Msgs, before.State.LastSeq,
+			after.State.Msgs, after.State.LastSeq)
+	}
+	if st := e.state(req.RunID); st.Status != events.StatusWaiting {
+		t.Fatalf("the run is %s after refused answers", st.Status)
+	}
+	if r, err := e.client.SendOutput(testCtx(t), req.RunID, call, `{"temp":21}`); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("a sound answer after them: %+v %v", r, err)
+	}
+	if end := checkWellFormed(t, e.collect(req.RunID, 30*time.Second)); end.Type != events.TypeRunCompleted {
+		t.Fatalf("ended %+v", end)
+	}
+}
