@@ -320,3 +320,63 @@ func TestMalformedAndOversizedAnswersAreRefused(t *testing.T) {
 		t.Fatalf("ended %+v", end)
 	}
 }
+
+// A full inputs stream (its byte or its message limit) refuses an answer:
+// the caller is told so at once (store_full, with JetStream's words),
+// nothing changes, and the same item answered once there is room is
+// accepted.
+func TestFullInputsStreamRefusesAnswers(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		prov  consumer.ProvisionConfig
+		words string
+	}{
+		// The run's kept request and the first answer fit, a 32 KiB
+		// output does not; a small one does.
+		{"bytes", consumer.ProvisionConfig{InputsMaxBytes: 16 << 10}, "maximum bytes exceeded"},
+		// The run's kept request and the first answer, no more.
+		{"messages", consumer.ProvisionConfig{InputsMaxMsgs: 2}, "maximum messages exceeded"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := setup(t, withProvision(c.prov))
+			e.startWorker(consumer.Config{})
+			req := request("ask-full", map[string]string{foundrytest.KeyToolMS: "5", foundrytest.KeyTokens: "2", foundrytest.KeyFunctionCalls: "2"})
+			req.Tools = []json.RawMessage{json.RawMessage(`{"type":"function","name":"get_weather"}`)}
+			e.submit(req)
+			asked := e.waitEvent(req.RunID, events.TypeInputRequired, 20*time.Second)
+			if len(asked.Items) != 2 {
+				t.Fatalf("asked %+v", asked.Items)
+			}
+			if r, err := e.client.SendOutput(testCtx(t), req.RunID, asked.Items[0].ID, `{"temp":21}`); err != nil || r.Result != events.InputAccepted {
+				t.Fatalf("first output: %+v %v", r, err)
+			}
+			big, _ := json.Marshal(events.InputAnswer{ID: asked.Items[1].ID, Output: ptr(strings.Repeat("x", 32<<10))})
+			msg, err := e.nc.Request("foundryq.input."+req.RunID, big, 10*time.Second)
+			if err != nil {
+				t.Fatalf("an answer past the inputs stream's limit got no reply: %v", err)
+			}
+			var reply events.InputReply
+			if err := json.Unmarshal(msg.Data, &reply); err != nil || reply.Result != events.InputStoreFull || !strings.Contains(reply.Error, c.words) {
+				t.Fatalf("reply %s, want store_full naming the stream's limit (%s)", msg.Data, c.words)
+			}
+			r, err := e.client.SendOutput(testCtx(t), req.RunID, asked.Items[1].ID, strings.Repeat("y", 32<<10))
+			if !errors.Is(err, events.ErrInputsFull) || r.Result != events.InputStoreFull || !strings.Contains(err.Error(), "FOUNDRYQ_INPUTS is full") {
+				t.Fatalf("Client.SendOutput past the limit: %+v, %v; want ErrInputsFull", r, err)
+			}
+			if st := e.state(req.RunID); st.Status != events.StatusWaiting {
+				t.Fatalf("the run is %s after a refused answer", st.Status)
+			}
+			if c.prov.InputsMaxMsgs > 0 {
+				return // no room for another answer
+			}
+			if r, err := e.client.SendOutput(testCtx(t), req.RunID, asked.Items[1].ID, `{"temp":22}`); err != nil || r.Result != events.InputAccepted {
+				t.Fatalf("the same item answered within the limit: %+v %v", r, err)
+			}
+			if end := checkWellFormed(t, e.collect(req.RunID, 30*time.Second)); end.Type != events.TypeRunCompleted {
+				t.Fatalf("ended %+v", end)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
