@@ -235,6 +235,9 @@ func (w *Worker) readDeadlinesLoop() {
 		case ctx.Err() != nil:
 			w.deadlineReads.Store(0)
 			return
+		case err != nil && w.nc.IsClosed():
+			w.deadlineReads.Store(0)
+			return
 		case err != nil:
 			wait := b.NextBackOff()
 			w.log.Warn().Err(err).Dur("retry_in", wait).Msg("read the run state records for their deadlines")
@@ -270,6 +273,8 @@ func (w *Worker) readDeadlines(ctx context.Context) (read, kept int, err error) 
 	c, err := w.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"$KV." + w.names.Bucket() + ".>"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		// Gone soon after the read: one is left behind by every read.
+		InactiveThreshold: 30 * time.Second,
 	})
 	if err != nil {
 		return 0, 0, err
