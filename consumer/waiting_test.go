@@ -234,6 +234,12 @@ func TestOwnerKilledBetweenTheAnswerAndTheNextCreate(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the decoy's create never came")
 	}
+	// The gate closes as the create returns, before the decoy is given
+	// back for later (no owner; not a failed attempt).
+	testkit.Eventually(t, 20*time.Second, "the decoy to be put off", func() bool {
+		st := e.state(decoy)
+		return st.Owner == "" && st.CreateStartedAt == nil && st.Failures == 0
+	})
 	if r, err := e.client.Approve(testCtx(t), req.RunID, asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
 		t.Fatalf("approve: %+v %v", r, err)
 	}
