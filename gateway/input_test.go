@@ -94,13 +94,10 @@ func TestCreateWhenTheQueueIsFull(t *testing.T) {
 // with Retry-After saying so, not an internal error or a timeout.
 func TestAnswerWhenTheInputsStreamIsFull(t *testing.T) {
 	t.Parallel()
-	e := setup(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// Room for the waiting run's kept request only.
-	if _, err := consumer.Provision(ctx, mustJS(t, e.nc), events.Names{}, consumer.ProvisionConfig{InputsMaxMsgs: 1}); err != nil {
-		t.Fatal(err)
-	}
+	e := setup(t, 0)
+	// Room for the waiting run's kept request only (the worker provisions
+	// the stream so as it starts).
+	e.startWorker(consumer.Config{Provision: consumer.ProvisionConfig{InputsMaxMsgs: 1}})
 	g := e.gateway(gateway.Config{})
 	req := runRequest(map[string]string{"emu_tool_ms": "5", "emu_tokens": "3"})
 	req["tools"] = []any{map[string]any{"type": "function", "name": "get_weather"}}
