@@ -100,6 +100,7 @@ func printReport(w io.Writer, r bench.Report) {
 		fmt.Fprintf(tw, "relay: worker CPU per token (%d runs x %d tokens, interval %gms)\t%.2f µs\tbare reader %.2f µs\t%.2f (≤ %.0f: %s)\n",
 			rl.Runs, rl.Tokens, rl.EventIntervalMS, rl.WorkerCPUPerToken, rl.ReaderCPUPerToken, rl.Ratio, rl.Target, verdict(rl.Met))
 		fmt.Fprintf(tw, "relay: NATS CPU per stored event (%d events)\t%.2f µs\t\t\n", rl.EventsStored, rl.NATSCPUPerEvent)
+		fmt.Fprintf(tw, "relay: NATS CPU per run of one token (%.1f events); per further event (idle %.3f cores out)\t%.0f µs; %.2f µs\t\t\n", rl.EventsPerShortRun, rl.NATSIdleCores, rl.NATSCPUPerRun, rl.NATSCPUPerFurtherEvent)
 		fmt.Fprintf(tw, "relay: emulator CPU per token (for scale)\t%.2f µs\t\t\n", rl.EmulatorCPUPerToken)
 	}
 	for _, pt := range r.Memory.Points {
@@ -134,6 +135,14 @@ func printReport(w io.Writer, r bench.Report) {
 			wt.Runs, mib(wt.RSSGrowthBytes), mib(wt.HeapGrowthBytes), wt.GoroutineGrowth)
 		fmt.Fprintf(tw, "waiting: RSS / heap per waiting run, goroutines per run\t%.3f / %.3f KiB, %.3f\t\t≤ %.3f KiB: %s\n",
 			wt.RSSPerRun, wt.HeapPerRun, wt.GoroutinesPerRun, wt.Target, verdict(wt.Met))
+	}
+	for _, row := range r.Ablation.Rows {
+		fmt.Fprintf(tw, "ablation: NATS CPU per event, %s\t%.1f µs\traw %.2fx\t%s\n", row.Variant, row.NATSCPUPerEvent, row.RatioToRaw, row.Off)
+	}
+	if ab := r.Ablation; len(ab.Rows) > 0 {
+		fmt.Fprintf(tw, "ablation: foundryq's way against raw publishing (%d runs x %d events of %d B)\t%.2fx\t\t≤ %.1fx: %s\n",
+			ab.Runs, ab.EventsPerRun, ab.MessageBytes, ab.FoundryqRatio, ab.Target, verdict(ab.Met))
+		fmt.Fprintf(tw, "ablation: the same at the relay phase's pace\t%.2fx\t\t\n", ab.PacedRatio)
 	}
 	_ = tw.Flush()
 }

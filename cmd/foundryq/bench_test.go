@@ -50,7 +50,7 @@ func TestBenchQuickJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"cancel", "latency", "memory", "raw_publish", "relay", "tool_cancel", "waiting", "waste"}; !slices.Equal(keys, want) {
+	if want := []string{"ablation", "cancel", "latency", "memory", "raw_publish", "relay", "tool_cancel", "waiting", "waste"}; !slices.Equal(keys, want) {
 		t.Fatalf("top-level keys %v, want %v", keys, want)
 	}
 	var rep struct {
@@ -127,6 +127,17 @@ func TestBenchQuickJSON(t *testing.T) {
 				Foundryq    toolWork `json:"foundryq"`
 			} `json:"function_tools"`
 		} `json:"waste"`
+		Ablation struct {
+			Rows []struct {
+				Variant string  `json:"variant"`
+				Events  uint64  `json:"events"`
+				CPU     float64 `json:"nats_cpu_us_per_event"`
+				Ratio   float64 `json:"ratio_to_raw"`
+			} `json:"rows"`
+			Ratio  float64 `json:"foundryq_ratio_to_raw"`
+			Paced  float64 `json:"paced_ratio_to_raw"`
+			Target float64 `json:"target_max_ratio"`
+		} `json:"ablation"`
 		Waiting struct {
 			Runs    int `json:"runs"`
 			Waiting struct {
@@ -205,6 +216,19 @@ func TestBenchQuickJSON(t *testing.T) {
 	if w := rep.Waiting; w.Runs != 300 || w.Waiting.RSS <= 0 || w.Waiting.Heap <= 0 || w.Target <= 0 ||
 		w.Goroutines > 0.5 || w.Heap > 32 {
 		t.Errorf("waiting %+v", w)
+	}
+	// Every variant stored every event, and NATS spent CPU on it.
+	ab := rep.Ablation
+	seen := map[string]bool{}
+	for _, row := range ab.Rows {
+		seen[row.Variant] = true
+		if row.Events == 0 || row.CPU <= 0 || row.Ratio <= 0 {
+			t.Errorf("ablation row %+v", row)
+		}
+	}
+	if len(ab.Rows) < 12 || !seen["foundryq"] || !seen["raw"] || !seen["foundryq_paced"] || !seen["raw_paced"] ||
+		ab.Ratio <= 0 || ab.Paced <= 0 || ab.Target != 1.5 {
+		t.Errorf("ablation %+v", ab)
 	}
 	if st, err := os.Stat(plot); err != nil || st.Size() < 1000 {
 		t.Errorf("plot: %v", err)

@@ -192,7 +192,7 @@ func (c Config) validate() error {
 // Phases are the phases of a benchmark, in the order they run, named as
 // the keys of the report's JSON (throughput's figures are in raw_publish
 // and latency).
-var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "tool_cancel", "waste", "memory", "waiting"}
+var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "tool_cancel", "waste", "memory", "waiting", "ablation"}
 
 // runs reports whether phase p runs.
 func (c Config) runs(p string) bool { return len(c.Phases) == 0 || slices.Contains(c.Phases, p) }

@@ -14,6 +14,9 @@ const (
 	// TargetCancelP99: cancel p99 (request to reply and to run.cancelled
 	// stored), ms, at half the maximum load.
 	TargetCancelP99 = 50.0
+	// TargetAblationRatio: NATS CPU per event stored the way foundryq
+	// stores events at most this many times a raw publish's.
+	TargetAblationRatio = 1.5
 	// TargetToolCancelP99: from a cancel request to the handler's ctx of
 	// the run's call to a served function tool ending, p99, ms.
 	TargetToolCancelP99 = 100.0
@@ -34,6 +37,39 @@ type Report struct {
 	ToolCancel ToolCancelReport `json:"tool_cancel"`
 	Waste      WasteReport      `json:"waste"`
 	Waiting    WaitingReport    `json:"waiting"`
+	Ablation   AblationReport   `json:"ablation"`
+}
+
+// AblationReport: NATS CPU per stored event, the events stored the way
+// foundryq stores them and with one feature switched off at a time.
+type AblationReport struct {
+	Runs         int           `json:"runs"`
+	EventsPerRun int           `json:"events_per_run"`
+	MessageBytes int           `json:"message_bytes"`
+	Rows         []AblationRow `json:"rows"`
+	// FoundryqRatio is the foundryq row's CPU per event over the raw row's
+	// (both as fast as NATS takes them); PacedRatio the foundryq_paced
+	// row's over the raw_paced row's (both at the relay phase's pace).
+	FoundryqRatio float64 `json:"foundryq_ratio_to_raw"`
+	PacedRatio    float64 `json:"paced_ratio_to_raw"`
+	Target        float64 `json:"target_max_ratio"`
+	Met           bool    `json:"met"`
+}
+
+// AblationRow is one variant.
+type AblationRow struct {
+	Variant string `json:"variant"`
+	// Off says what differs from the way foundryq stores events.
+	Off          string `json:"off"`
+	Runs         int    `json:"runs"`
+	EventsPerRun int    `json:"events_per_run"`
+	// PaceMS: an event of each run every PaceMS (0: as fast as NATS
+	// takes them); paced rows are compared with raw_paced.
+	PaceMS          float64 `json:"pace_ms"`
+	Events          uint64  `json:"events"`
+	EventsPerSec    float64 `json:"events_per_s"`
+	NATSCPUPerEvent float64 `json:"nats_cpu_us_per_event"`
+	RatioToRaw      float64 `json:"ratio_to_raw"`
 }
 
 // RelayReport: what relaying a token costs the worker, against the bare
@@ -53,6 +89,17 @@ type RelayReport struct {
 	Ratio float64 `json:"ratio"`
 	// NATSCPUPerEvent: the NATS process's CPU µs per stored event.
 	NATSCPUPerEvent float64 `json:"nats_cpu_us_per_event"`
+	// NATSIdleCores: the NATS process's CPU use with the worker idle, taken
+	// out of NATSCPUPerRun and NATSCPUPerFurtherEvent (not out of
+	// NATSCPUPerEvent).
+	NATSIdleCores float64 `json:"nats_idle_cores"`
+	// NATSCPUPerRun: NATS CPU µs per run of one token (its job, state
+	// records, acks and EventsPerShortRun events), measured on as many runs
+	// alone; NATSCPUPerFurtherEvent: the rest of NATSCPUPerEvent's CPU
+	// over the events beyond those.
+	NATSCPUPerRun          float64 `json:"nats_cpu_us_per_run"`
+	EventsPerShortRun      float64 `json:"events_per_one_token_run"`
+	NATSCPUPerFurtherEvent float64 `json:"nats_cpu_us_per_further_event"`
 	// EmulatorCPUPerToken: the emulator's CPU µs per generated token, for
 	// scale.
 	EmulatorCPUPerToken float64 `json:"emulator_cpu_us_per_token"`

@@ -53,6 +53,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		{"waste", b.waste},
 		{"memory", b.memory},
 		{"waiting", b.waiting},
+		{"ablation", b.ablation},
 	}
 	for _, st := range steps {
 		if !cfg.runs(st.name) {
@@ -373,10 +374,14 @@ func (b *bench) relay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.NATSIdleCores, err = b.natsIdle(ctx); err != nil {
+		return err
+	}
 	w0, n0, e0, err := b.usages()
 	if err != nil {
 		return err
 	}
+	relayStart := time.Now()
 	var prof sync.WaitGroup
 	if c.ProfileDir != "" {
 		secs := max(1, int((time.Duration(c.RelayTokens) * c.RelayTokenDelay).Seconds()))
@@ -406,6 +411,9 @@ func (b *bench) relay(ctx context.Context) error {
 	if r.EventsStored > 0 {
 		r.NATSCPUPerEvent = us(n1.CPU-n0.CPU) / float64(r.EventsStored)
 	}
+	if err := b.relayPerRun(ctx, n1.CPU-n0.CPU-idleCPU(r.NATSIdleCores, time.Since(relayStart))); err != nil {
+		return err
+	}
 	b.progress("relay cost: the bare reader, same streams")
 	res, err := b.runReader(ctx, ReaderConfig{Prefix: b.prefix("relayreader"), Runs: c.RelayRuns, Tokens: c.RelayTokens, TokenDelay: c.RelayTokenDelay})
 	if err != nil {
@@ -419,6 +427,66 @@ func (b *bench) relay(ctx context.Context) error {
 	}
 	r.Met = r.Ratio > 0 && r.Ratio <= TargetRelayRatio
 	b.progress("relay cost: worker %.1fµs/token, bare reader %.1fµs/token (ratio %.2f), NATS %.1fµs/event", r.WorkerCPUPerToken, r.ReaderCPUPerToken, r.Ratio, r.NATSCPUPerEvent)
+	return nil
+}
+
+// natsIdle measures the cores the NATS process uses over two seconds with
+// the worker idle (its pull requests, timers and the store's housekeeping).
+func (b *bench) natsIdle(ctx context.Context) (float64, error) {
+	meter, err := b.meterCPU()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-time.After(2 * time.Second): // the span measured, not a wait for a condition
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	cores, err := meter.cores()
+	return cores["nats"], err
+}
+
+// idleCPU is the CPU time cores use over d.
+func idleCPU(cores float64, d time.Duration) time.Duration {
+	return time.Duration(cores * float64(d))
+}
+
+// relayPerRun splits NATS's CPU in the relay phase (natsCPU, its idle
+// use taken out) into what a
+// run costs whatever its length and what each further event costs: as many
+// runs of one token are measured alone.
+func (b *bench) relayPerRun(ctx context.Context, natsCPU time.Duration) error {
+	r := &b.rep.Relay
+	stored0, err := b.sys.eventsStored(ctx)
+	if err != nil {
+		return err
+	}
+	_, n0, _, err := b.usages()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	ids, err := b.submit(ctx, b.prefix("relayrun"), r.Runs, streamMD(1, b.cfg.RelayTokenDelay))
+	if err != nil {
+		return err
+	}
+	if err := b.sys.watch.waitAll(ctx, ids, events.TypeRunCompleted, 5*time.Minute); err != nil {
+		return err
+	}
+	_, n1, _, err := b.usages()
+	if err != nil {
+		return err
+	}
+	stored1, err := b.sys.eventsStored(ctx)
+	if err != nil {
+		return err
+	}
+	r.NATSCPUPerRun = us(n1.CPU-n0.CPU-idleCPU(r.NATSIdleCores, time.Since(start))) / float64(r.Runs)
+	r.EventsPerShortRun = float64(stored1-stored0) / float64(r.Runs)
+	if extra := float64(r.EventsStored) - float64(r.Runs)*r.EventsPerShortRun; extra > 0 {
+		r.NATSCPUPerFurtherEvent = (us(natsCPU) - float64(r.Runs)*r.NATSCPUPerRun) / extra
+	}
+	b.progress("relay cost: NATS %.0fµs per run of one token (%.1f events), %.1fµs per further event", r.NATSCPUPerRun, r.EventsPerShortRun, r.NATSCPUPerFurtherEvent)
 	return nil
 }
 

@@ -130,6 +130,39 @@ func (s *system) toolServer() (*toolServer, error) {
 	return s.tool, nil
 }
 
+// startSyncAlwaysNATS starts a second NATS process like the first, whose
+// JetStream fsyncs every write (sync_interval: always), for the ablation
+// phase; the caller stops it.
+func (s *system) startSyncAlwaysNATS(ctx context.Context) (*process, string, error) {
+	conf := filepath.Join(s.dir, "sync-always.conf")
+	if err := os.WriteFile(conf, []byte("jetstream {\n  sync_interval: always\n}\n"), 0o600); err != nil {
+		return nil, "", err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	p, err := startProcess("nats-sync-always", s.cfg.Binary, s.cfg.Env, "dev", "--nats-port", strconv.Itoa(port),
+		"--nats-config", conf, "--data-dir", filepath.Join(s.dir, "jetstream-sync-always"), "--workers", "0",
+		"--gateway-addr", "", "--http-addr", "", "--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey, "--log-level", "error")
+	if err != nil {
+		return nil, "", err
+	}
+	err = p.waitReady(ctx, time.Minute, func(context.Context) error {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	})
+	if err != nil {
+		_ = p.stop(10 * time.Second)
+		return nil, "", err
+	}
+	return p, url, nil
+}
+
 // foundryURL is the emulator's v1 base URL.
 func (s *system) foundryURL() string { return s.emuURL + "/openai/v1/" }
 
