@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // The development stack of docker-compose.yml, started and stopped by
@@ -198,8 +199,6 @@ func (s *composeStack) start(t *testing.T, up string) {
 		t.Fatalf("%s: %v\n%s", up, err, out)
 	}
 	step(t, "%s took %s:\n%s", up, time.Since(start).Round(time.Second), out)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*startTimeout)
-	defer cancel()
 	for _, url := range []string{
 		s.monitorURL + "/healthz",
 		s.emulatorURL + "/_emulator/stats",
@@ -208,7 +207,7 @@ func (s *composeStack) start(t *testing.T, up string) {
 		s.gatewayURL + "/healthz",
 	} {
 		step(t, "wait for %s", url)
-		waitHTTP(ctx, t, url)
+		testkit.WaitHTTP(t, startTimeout, url, http.StatusOK, "")
 	}
 }
 
