@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -106,11 +107,20 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 	}
 	if r.isForeground() {
 		// A foreground response cannot be cancelled (the service refuses):
-		// closing its stream is what stops it. Its final status is unknown.
+		// closing its stream is what stops it. Foundry's word on it is
+		// read back.
 		upStop()
-		<-readerDone
+		if out := <-readerDone; out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership {
+			recorded.Wait()
+			r.endAfterRead(out) // the response ended before the reader stopped
+			return
+		}
+		end := r.readForeground(hard, id)
 		recorded.Wait()
-		r.endCancelled(reason, stopped{how: reachUnknown})
+		if end.aborted {
+			return
+		}
+		r.endCancelled(reason, end)
 		return
 	}
 	// Nothing Foundry generates from now on is relayed.
@@ -186,6 +196,7 @@ type stopped struct {
 	err        error // the last upstream error, with reachUnconfirmed or reachGone
 	handoff    bool  // the worker shuts down: the next owner goes on
 	aborted    bool  // the run was aborted (shutdown timeout)
+	foreground bool  // a foreground response, read back after its stream was closed
 }
 
 // upstreamStatus is what the run's record and terminal event say of the
@@ -272,6 +283,52 @@ func (r *run) stopResponse(ctx context.Context, id string) stopped {
 	}
 }
 
+// foregroundReadTimeout bounds how long the owner reads a foreground
+// response back (GET) after closing its stream, for Foundry's final status.
+const foregroundReadTimeout = 3 * time.Second
+
+// readForeground reads a foreground response back after its stream was
+// closed (which stops it: Foundry cannot cancel it) until Foundry reports a
+// final status, for foregroundReadTimeout (CancelConfirmTimeout if
+// shorter). A hosted agent's response stays in_progress for ever on GET
+// (Azure/azure-sdk-for-python#46015): it ends unconfirmed, saying so.
+func (r *run) readForeground(ctx context.Context, id string) stopped {
+	start := time.Now()
+	deadline := start.Add(min(foregroundReadTimeout, r.w.cfg.CancelConfirmTimeout))
+	b := retry.Backoff(100*time.Millisecond, time.Second)
+	var lastErr error
+	for {
+		resp, err := r.callUpstream(ctx, deadline, func(c context.Context) (*foundry.Response, error) { return r.w.up.Get(c, id) })
+		switch {
+		case err == nil && resp.Terminal():
+			return stopped{how: reachFinal, resp: resp}
+		case err != nil && isNotFound(err) && !r.notYetVisible(err):
+			return stopped{how: reachGone, err: err}
+		case err != nil && !time.Now().Before(deadline) && lastErr != nil:
+			// Cut short by the bound itself: the answer before it says more.
+		case err != nil:
+			lastErr = err
+		default:
+			lastErr = fmt.Errorf("Foundry cannot cancel a foreground response; its stream was closed, and %s later Foundry still reported it %s",
+				time.Since(start).Round(100*time.Millisecond), resp.Status)
+		}
+		if !time.Now().Before(deadline) {
+			return stopped{how: reachUnconfirmed, err: lastErr, foreground: true}
+		}
+		wait := time.NewTimer(min(retryDelay(err, b.NextBackOff()), time.Until(deadline)))
+		select {
+		case <-wait.C:
+		case <-r.w.stopping:
+			// Nobody can follow a foreground response after this worker.
+			wait.Stop()
+			return stopped{how: reachUnconfirmed, err: lastErr, foreground: true}
+		case <-r.hard.Done():
+			wait.Stop()
+			return stopped{aborted: true}
+		}
+	}
+}
+
 // callUpstream makes one call of stopResponse, bounded by cancelCallTimeout
 // and by the cancel bound.
 func (r *run) callUpstream(ctx context.Context, deadline time.Time, call func(context.Context) (*foundry.Response, error)) (*foundry.Response, error) {
@@ -343,8 +400,12 @@ func (r *run) endCancelled(reason string, s stopped) {
 	case reachUnconfirmed:
 		r.w.m.cancelsUnconfirmed.Inc()
 		ev.Error = &events.Error{Code: events.CodeCancelUnconfirmed, Message: truncateText(s.err.Error())}
-		r.logger().Error().Err(s.err).Dur("bound", r.w.cfg.CancelConfirmTimeout).
-			Msg("Foundry confirmed no final status within the cancel bound; the run ends cancelled, unconfirmed")
+		if s.foreground {
+			r.logger().Warn().Err(s.err).Msg("Foundry reported no final status for the foreground response after its stream was closed; the run ends cancelled, unconfirmed")
+		} else {
+			r.logger().Error().Err(s.err).Dur("bound", r.w.cfg.CancelConfirmTimeout).
+				Msg("Foundry confirmed no final status within the cancel bound; the run ends cancelled, unconfirmed")
+		}
 	}
 	if ev.Usage == nil {
 		ev.UsageUnknown = true

@@ -100,3 +100,30 @@ func TestRunLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestRunEndedLogsRequestID: a run that Foundry's error ended (a prompt the
+// content filter refuses: an HTTP 400) logs, on its "run ended" line, the
+// request id Azure support asks for, the one its run.failed carries.
+func TestRunEndedLogsRequestID(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var logs logBuffer
+	log := zerolog.New(&logs).Level(zerolog.InfoLevel)
+	e.startWorker(consumer.Config{WorkerID: "logreq", Logger: &log})
+
+	evs := e.endRun("logs-req", map[string]string{"emu_content_filter": "prompt"})
+	failed := failure(t, evs, events.CodeContentFilter)
+	if failed.RequestID == "" {
+		t.Fatalf("run.failed without a request id: %+v", failed)
+	}
+	logs.waitFor(t, "logs-req", "run ended")
+	var end map[string]any
+	for _, l := range logs.lines(t, "logs-req") {
+		if l["message"] == "run ended" {
+			end = l
+		}
+	}
+	if end["type"] != string(events.TypeRunFailed) || end["code"] != events.CodeContentFilter || end["request_id"] != failed.RequestID {
+		t.Fatalf("run ended line %v, want type run.failed, code %s and request_id %s", end, events.CodeContentFilter, failed.RequestID)
+	}
+}

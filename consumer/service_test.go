@@ -75,7 +75,8 @@ func TestAgentRunsRefuseAgentFields(t *testing.T) {
 
 // A hosted agent ignores background: run.started says so, the run still
 // completes on its stream, a cancel closes the stream (Foundry cannot cancel
-// it), and a broken stream is not re-attached to for ever.
+// it, and GET never reports its end: unconfirmed), and a broken stream is
+// not re-attached to for ever.
 func TestHostedAgentRunsInTheForeground(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -97,7 +98,7 @@ func TestHostedAgentRunsInTheForeground(t *testing.T) {
 	e.waitEvent("ha-2", events.TypeTextDelta, 10*time.Second)
 	e.cancel("ha-2")
 	last := checkWellFormed(t, e.collect("ha-2", 15*time.Second))
-	if last.Type != events.TypeRunCancelled || last.UpstreamStatus != "unknown" {
+	if last.Type != events.TypeRunCancelled || last.UpstreamStatus != events.UpstreamUnconfirmed {
 		t.Fatalf("cancelled foreground run ended %s, upstream %q", last.Type, last.UpstreamStatus)
 	}
 

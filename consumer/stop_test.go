@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -96,15 +97,30 @@ func (e *env) startWorkerWith(cfg consumer.Config, opts ...nats.Option) *worker 
 }
 
 // cancelRaw stores a cancel for runID and sends its request, as a client
-// does, without waiting long for an answer: the answer may never come.
-func (e *env) cancelRaw(runID string) {
+// does, without waiting for an answer: the answer may never come. It
+// returns when the cancel was stored and whether the request was answered
+// within wait (false: it went to a queue member that cannot answer).
+func (e *env) cancelRaw(runID string, wait time.Duration) (stored time.Time, answered func() bool) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := e.js.Publish(ctx, "foundryq.cancels."+runID, []byte(`{"reason":"test"}`)); err != nil {
 		e.t.Fatalf("store the cancel of %s: %v", runID, err)
 	}
-	_, _ = e.nc.Request("foundryq.cancel."+runID, []byte(`{"reason":"test"}`), 200*time.Millisecond)
+	stored = time.Now()
+	inbox := nats.NewInbox()
+	sub, err := e.nc.SubscribeSync(inbox)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.nc.PublishRequest("foundryq.cancel."+runID, inbox, []byte(`{"reason":"test"}`)); err != nil {
+		e.t.Fatal(err)
+	}
+	return stored, func() bool {
+		defer func() { _ = sub.Unsubscribe() }()
+		_, err := sub.NextMsg(time.Until(stored.Add(wait)))
+		return err == nil
+	}
 }
 
 // owner waits until the record of runID names an owner and returns it.
@@ -120,18 +136,25 @@ func (e *env) owner(runID string) string {
 }
 
 // A cancel request that the queue group gives to a worker cut off from
-// NATS is still applied: the owner follows the stored cancel records. On
-// main before this change three of six such cancels were never applied
-// (the owner read the cancels stream only when it took a run).
+// NATS is still applied, within about a second of the cancel being stored:
+// the owner follows the stored cancel records. On main before this change
+// three of six such cancels were never applied (the owner read the cancels
+// stream only when it took a run). The queue group routes each request to
+// a random member, so the test cancels runs until at least one request
+// went unanswered (it went to the cut-off member) and at least six runs
+// were cancelled.
 func TestCancelRoutedToACutOffWorkerReachesTheOwner(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withNATS(natsembed.Config{}))
 	e.startWorker(consumer.Config{WorkerID: "owner"})
-	const n = 6
+	// Enough runs that all of them going to the owner (one in 2^24) is
+	// not a concern; a slow token rate keeps the idle ones cheap. All are
+	// owned before the second worker joins, so that it takes none.
+	const n = 24
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = "cut-owner-" + string(rune('a'+i))
-		e.submit(slow(ids[i]))
+		ids[i] = fmt.Sprintf("cut-owner-%02d", i)
+		e.submit(request(ids[i], map[string]string{"emu_tokens": "100000", "emu_token_ms": "50"}))
 	}
 	for _, id := range ids {
 		if o := e.owner(id); o != "owner" {
@@ -150,17 +173,31 @@ func TestCancelRoutedToACutOffWorkerReachesTheOwner(t *testing.T) {
 	cut.set(true)
 	defer cut.set(false)
 
+	// The owner applies a stored cancel within a second; the slack is for
+	// a loaded machine under the race detector.
+	const limit = 1500 * time.Millisecond
+	cancelled, unanswered := 0, 0
 	for _, id := range ids {
-		start := time.Now()
-		e.cancelRaw(id)
+		if cancelled >= 6 && unanswered > 0 {
+			break
+		}
+		stored, answered := e.cancelRaw(id, 2*time.Second)
 		testkit.Eventually(t, 10*time.Second, "run.cancelled of "+id, func() bool {
 			st, _, err := e.client.State(context.Background(), id)
 			return err == nil && st.Status.Finished()
 		})
-		took := time.Since(start)
-		t.Logf("%s cancelled %s after the cancel was stored", id, took.Round(time.Millisecond))
-		if took > 3*time.Second {
-			t.Errorf("%s took %s to end after its cancel was stored, want about a second", id, took)
+		took := time.Since(stored)
+		cancelled++
+		// The owner answers at once; only the cut-off member leaves a
+		// request unanswered.
+		routed := "the owner"
+		if !answered() {
+			unanswered++
+			routed = "the cut-off worker"
+		}
+		t.Logf("%s (request to %s) ended %s after the cancel was stored", id, routed, took.Round(time.Millisecond))
+		if took > limit {
+			t.Errorf("%s (request to %s) took %s to end after its cancel was stored, want within %s", id, routed, took, limit)
 		}
 		last := checkWellFormed(t, e.collect(id, 10*time.Second))
 		if last.Type != events.TypeRunCancelled || last.UpstreamStatus != "cancelled" {
@@ -169,6 +206,9 @@ func TestCancelRoutedToACutOffWorkerReachesTheOwner(t *testing.T) {
 		if rec := e.emu.Records(id)[0]; rec.Status != "cancelled" || rec.TokensAfterCancel != 0 {
 			t.Fatalf("emulator: %s %s, %d tokens after the cancel", id, rec.Status, rec.TokensAfterCancel)
 		}
+	}
+	if unanswered == 0 {
+		t.Fatalf("all %d cancel requests went to the owner: the cut-off worker got none", cancelled)
 	}
 }
 

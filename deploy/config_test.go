@@ -466,6 +466,37 @@ func TestHelmValuesRouteAuth(t *testing.T) {
 	}
 }
 
+// TestHelmRoutePasswordSetAtInstall: the official chart cannot refuse a
+// route password left at its default (values hold no logic and the chart
+// has no rule for it), so the default is a placeholder the NATS guard
+// refuses (natsguard.IsPlaceholder), never a password, and every install
+// command shown sets it from ${ROUTE_PASSWORD:?...}, which the shell
+// refuses to run with the variable unset or empty (an empty password
+// makes the chart drop route authentication altogether).
+func TestHelmRoutePasswordSetAtInstall(t *testing.T) {
+	values := readYAML(t, "nats-values.yaml")
+	if pw, _ := dig(t, values, "config", "cluster", "routeURLs", "password").(string); !natsguard.IsPlaceholder(pw) {
+		t.Errorf("config.cluster.routeURLs.password %q: want a placeholder ($ROUTE_PASSWORD), set at install", pw)
+	}
+	set := regexp.MustCompile(`routeURLs\.password=(\S*)`)
+	found := 0
+	for _, file := range []string{filepath.Join("k8s", "nats-values.yaml"), "README.md", filepath.Join("..", "README.md"), filepath.Join("..", "docs", "security.md"), filepath.Join("..", "docs", "operations.md")} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range set.FindAllStringSubmatch(string(raw), -1) {
+			found++
+			if !strings.HasPrefix(m[1], `"${ROUTE_PASSWORD:?`) {
+				t.Errorf("%s: routeURLs.password=%s: want \"${ROUTE_PASSWORD:?...}\" (the shell refuses it unset or empty)", file, m[1])
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("no install command sets config.cluster.routeURLs.password")
+	}
+}
+
 // TestComposeRequiresPasswords: the compose files refuse to start without
 // each password (${VAR:?...}), so none can come out empty.
 func TestComposeRequiresPasswords(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +31,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 	"github.com/foundryq/foundryq/internal/tlstest"
 )
 
@@ -62,6 +65,7 @@ func TestContainers(t *testing.T) {
 
 	t.Run("run completes with the emulator's text", s.testComplete)
 	t.Run("cancel reaches Foundry", s.testCancel)
+	t.Run("the gateway container serves runs as NATS user gateway, refused nothing", s.testGatewayContainer)
 	t.Run("KEDA sees the work queue in /jsz", s.testJSZ)
 	t.Run("SIGTERM hands a run to the other worker", s.testHandoff)
 	t.Run("with no worker running, a cancel is stored durably", s.testCancelNoWorker)
@@ -205,6 +209,7 @@ type stack struct {
 	img                  images
 	net                  *testcontainers.DockerNetwork
 	nats, emulator       *testcontainers.DockerContainer
+	natsLog              *logSink                                   // the NATS server's output
 	workers              map[string]*testcontainers.DockerContainer // by FOUNDRYQ_WORKER_ID
 	host                 string                                     // where published ports are reached
 	natsURL, monitorURL  string                                     // mapped ports, no credentials
@@ -235,7 +240,7 @@ func startStack(t *testing.T, img images) *stack {
 	s.net = nw
 
 	step(t, "start NATS (nats-server.conf), the emulator and two workers on network %s", nw.Name)
-	s.nats = run(ctx, t, "nats", img.nats,
+	s.nats, s.natsLog = runLogged(ctx, t, "nats", img.nats,
 		network.WithNetwork([]string{"nats"}, nw),
 		testcontainers.WithEnv(map[string]string{"WORKER_PASSWORD": s.workerPass, "CLIENT_PASSWORD": s.clientPW, "GATEWAY_PASSWORD": s.gatewayPW, "TOOLS_PASSWORD": s.toolsPW}),
 		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
@@ -301,7 +306,15 @@ func startStack(t *testing.T, img images) *stack {
 // output is kept and printed if the test fails.
 func run(ctx context.Context, t *testing.T, name, image string, opts ...testcontainers.ContainerCustomizer) *testcontainers.DockerContainer {
 	t.Helper()
-	logs := &lineBuffer{}
+	ctr, _ := runLogged(ctx, t, name, image, opts...)
+	return ctr
+}
+
+// runLogged is run, and also returns the container's output so far at
+// any moment.
+func runLogged(ctx context.Context, t *testing.T, name, image string, opts ...testcontainers.ContainerCustomizer) (*testcontainers.DockerContainer, *logSink) {
+	t.Helper()
+	logs := &logSink{}
 	opts = append(opts, testcontainers.WithLogConsumers(logs))
 	// The log consumer lives as long as the context given to Run: use one
 	// that outlives this call. The wait strategies bound the start.
@@ -315,26 +328,13 @@ func run(ctx context.Context, t *testing.T, name, image string, opts ...testcont
 	if err != nil {
 		t.Fatalf("start %s from %s: %v", name, image, err)
 	}
-	return ctr
+	return ctr, logs
 }
 
-// lineBuffer collects a container's output.
-type lineBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// logSink collects a container's output (testcontainers.LogConsumer).
+type logSink struct{ testkit.Buffer }
 
-func (b *lineBuffer) Accept(l testcontainers.Log) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(l.Content)
-}
-
-func (b *lineBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func (b *logSink) Accept(l testcontainers.Log) { _, _ = b.Write(l.Content) }
 
 // reachableHost finds the address at which this process reaches ctr's
 // published port. testcontainers guesses the Docker network gateway when the
@@ -1015,6 +1015,99 @@ func (s *stack) testGatewayRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectViolation(t, errs, names.NoticeSubject("gw-container"))
+	// The server logs it as a violation of the gateway user: what
+	// testGatewayContainer finds none of is there to be found.
+	testkit.Eventually(t, deniedWait, "the NATS log's line for the gateway user's violation", func() bool {
+		return slices.ContainsFunc(violationsOf(s.natsLog.String(), "gateway"), func(l string) bool {
+			return strings.Contains(l, names.NoticeSubject("gw-container"))
+		})
+	})
+}
+
+// testGatewayContainer runs `foundryq gateway` from the app image on the
+// test network as the NATS user "gateway" of the image's nats-server.conf
+// (least privilege), with a bearer token, and drives it as a client
+// would: submit a run and GET it, follow its event stream to the end,
+// cancel a second one mid-stream. The NATS server must have logged no
+// permission violation of the gateway user meanwhile (testGatewayRole,
+// later, shows that such a violation is logged).
+func (s *stack) testGatewayContainer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*runTimeout)
+	defer cancel()
+	if v := violationsOf(s.natsLog.String(), "gateway"); len(v) > 0 {
+		t.Fatalf("violations of the gateway user before its container started: %q", v)
+	}
+	token := "tok" + randomHex(t, 16)
+	sum := sha256.Sum256([]byte(token))
+	gw := run(ctx, t, "gateway", s.img.app,
+		network.WithNetwork([]string{"gateway"}, s.net),
+		testcontainers.WithCmd("gateway", "--addr", "0.0.0.0:8080"),
+		testcontainers.WithEnv(map[string]string{
+			"NATS_URL":                "nats://nats:4222",
+			"NATS_USER":               "gateway",
+			"NATS_PASSWORD":           s.gatewayPW,
+			"FOUNDRYQ_GATEWAY_TOKENS": "sha256:" + hex.EncodeToString(sum[:]),
+		}),
+		testcontainers.WithExposedPorts("8080/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForLog("gateway listening").WithStartupTimeout(startTimeout)),
+	)
+	base := "http://" + s.endpoint(ctx, t, gw, "8080/tcp")
+	call := func(method, path string, body any) (int, string) {
+		t.Helper()
+		resp := testkit.Do(t, ctx, http.DefaultClient, method, base+path, body, "Authorization", "Bearer "+token)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%s %s: read: %v", method, path, err)
+		}
+		return resp.StatusCode, string(b)
+	}
+
+	step(t, "gateway: submit a run, GET it, follow its events to the end")
+	id := events.NewRunID()
+	if code, out := call(http.MethodPost, "/v1/runs", map[string]any{"run_id": id, "model": "m", "input": "hi", "metadata": map[string]string{"emu_tokens": "20"}}); code != http.StatusCreated {
+		t.Fatalf("POST /v1/runs: %d %s", code, out)
+	}
+	var st events.RunState
+	code, out := call(http.MethodGet, "/v1/runs/"+id, nil)
+	if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil || st.RunID != id {
+		t.Fatalf("GET /v1/runs/%s: %d %s (%v)", id, code, out, err)
+	}
+	if code, out := call(http.MethodGet, "/v1/runs/"+id+"/events", nil); code != http.StatusOK || !strings.Contains(out, "event: "+string(events.TypeRunCompleted)) {
+		t.Fatalf("GET events of %s: %d %s", id, code, out)
+	}
+
+	step(t, "gateway: cancel a running run")
+	long := events.NewRunID()
+	if code, out := call(http.MethodPost, "/v1/runs", map[string]any{"run_id": long, "model": "m", "input": "hi", "metadata": map[string]string{"emu_tokens": "2000", "emu_token_ms": "20"}}); code != http.StatusCreated {
+		t.Fatalf("POST /v1/runs: %d %s", code, out)
+	}
+	testkit.Eventually(t, runTimeout, "run "+long+" running", func() bool {
+		_, out := call(http.MethodGet, "/v1/runs/"+long, nil)
+		return strings.Contains(out, `"status":"running"`)
+	})
+	if code, out := call(http.MethodPost, "/v1/runs/"+long+"/cancel", map[string]string{"reason": "deploy test"}); code != http.StatusOK {
+		t.Fatalf("POST cancel %s: %d %s", long, code, out)
+	}
+	if code, out := call(http.MethodGet, "/v1/runs/"+long+"/events", nil); code != http.StatusOK || !strings.Contains(out, "event: "+string(events.TypeRunCancelled)) {
+		t.Fatalf("GET events of the cancelled %s: %d %s", long, code, out)
+	}
+	if v := violationsOf(s.natsLog.String(), "gateway"); len(v) > 0 {
+		t.Errorf("the NATS server refused the gateway:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+// violationsOf returns the lines of a nats-server log that report a
+// permission violation (publish, subscribe, reply) by a connection of
+// user, which the server labels "ACCOUNT/user:NAME".
+func violationsOf(log, user string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "Violation") && strings.Contains(l, "/user:"+user+`"`) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // testToolsRole serves a function tool as the tools user of the image's
@@ -1061,7 +1154,11 @@ func testEmptyPassword(t *testing.T, img images) {
 		t.Fatal(err)
 	}
 	out, _ := io.ReadAll(logs)
-	if state.Running || state.ExitCode == 0 || !strings.Contains(string(out), "nats-guard: refusing") || strings.Contains(string(out), "Server is ready") {
-		t.Fatalf("NATS with CLIENT_PASSWORD empty: running %v exit %d, output:\n%s\nwant nats-guard's refusal", state.Running, state.ExitCode, out)
+	// The reason, not any refusal: the client user's password (the
+	// second user of the account) came out empty.
+	const reason = "nats-guard: refusing to start nats-server: nats config /etc/nats/nats-server.conf: " +
+		"empty secret in nats config: accounts.FOUNDRYQ.users[1].password is empty"
+	if state.Running || state.ExitCode == 0 || !strings.Contains(string(out), reason) || strings.Contains(string(out), "Server is ready") {
+		t.Fatalf("NATS with CLIENT_PASSWORD empty: running %v exit %d, output:\n%s\nwant nats-guard's refusal %q", state.Running, state.ExitCode, out, reason)
 	}
 }

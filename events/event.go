@@ -137,7 +137,9 @@ const (
 	UpstreamUnknown = "unknown"
 	// UpstreamUnconfirmed: the response exists, but Foundry answered no
 	// cancel and no read with a final status within the worker's cancel
-	// bound; error (code cancel_unconfirmed) carries the last upstream error.
+	// bound (a foreground response, which Foundry cannot cancel: no read
+	// within 3 s of its stream being closed); error (code
+	// cancel_unconfirmed) carries the last upstream error.
 	UpstreamUnconfirmed = "unconfirmed"
 	// UpstreamNotFound: Foundry no longer knows the response (404 past the
 	// time a new response takes to become visible).

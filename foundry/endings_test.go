@@ -2,11 +2,13 @@ package foundry_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
@@ -268,4 +270,61 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestTrailingFrameWaitIsBounded: after a response.failed whose error is
+// null the client waits for the error frame that may complete it, but no
+// longer than TrailingFrameWait: a server that sends nothing more and
+// holds the connection open does not hold the stream. It ends with the
+// failure as its terminal event, and the connection is closed.
+func TestTrailingFrameWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	url, gone := sseServer(t, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,"+
+		"\"response\":{\"id\":\"resp_held\",\"object\":\"response\",\"status\":\"in_progress\",\"background\":true}}\n\n"+
+		"event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":1,"+
+		"\"response\":{\"id\":\"resp_held\",\"object\":\"response\",\"status\":\"failed\",\"background\":true,\"error\":null}}\n\n")
+	// The idle timeout (90 s by default) and the context are far beyond
+	// the bound: only TrailingFrameWait can end the wait.
+	c, err := foundry.New(foundry.Config{BaseURL: url, APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := c.Resume(ctx, "resp_held", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		types []string
+		last  *foundry.Response
+		took  time.Duration
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		types, _, last := drainAll(s)
+		done <- result{types, last, time.Since(start)}
+	}()
+	const slack = 10 * time.Second // a loaded machine; the server holds the connection for ever
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(foundry.TrailingFrameWait + slack):
+		_ = s.Close()
+		<-done
+		t.Fatalf("the stream still waited %s after a response.failed with a null error (bound %s)", foundry.TrailingFrameWait+slack, foundry.TrailingFrameWait)
+	}
+	if r.took < foundry.TrailingFrameWait || r.took > foundry.TrailingFrameWait+slack {
+		t.Errorf("the stream ended after %s, want the bound %s (it waits for the error frame, no longer)", r.took, foundry.TrailingFrameWait)
+	}
+	if s.Err() != nil || !s.Terminal() || !reflect.DeepEqual(r.types, []string{foundry.EventCreated, foundry.EventFailed}) ||
+		r.last == nil || r.last.Status != foundry.StatusFailed || r.last.Error != nil || r.last.ID != "resp_held" {
+		t.Fatalf("err %v, terminal %t, types %v, last %+v: want the failure as the terminal event", s.Err(), s.Terminal(), r.types, r.last)
+	}
+	select {
+	case <-gone:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the server never saw the connection close")
+	}
 }

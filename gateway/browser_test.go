@@ -285,4 +285,67 @@ func TestConsoleApprovesInBrowser(t *testing.T) {
 	acancel()
 }
 
+// A run the model refuses, in the console: the refusal shows as the run's
+// text (as text: nothing in it is parsed), marked as a refusal, and the
+// summary says the model refused.
+func TestConsoleShowsRefusalInBrowser(t *testing.T) {
+	exe := chromium(t)
+	e := setup(t, 1)
+	g := e.gateway(gateway.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	get := func(what, expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+		return v
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#new-run")),
+		chromedp.SetValue(chromedp.CSS("#input"), "Tell me something you will not."),
+		chromedp.SetValue(chromedp.CSS("#metadata"), "emu_refusal=1"),
+		chromedp.Click(chromedp.CSS("#start"))); err != nil {
+		t.Fatalf("browser: start a run the model refuses: %v", err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelector("#run-status").textContent === "completed"`,
+		chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		t.Fatalf("browser: waiting for the run to complete: %v", err)
+	}
+	runID := get("read the run id", `document.querySelector("#run-id").textContent`)
+	evs := e.watchAll(runID)
+	var refusal strings.Builder
+	for _, ev := range evs {
+		if ev.Type == events.TypeRefusalDelta {
+			refusal.WriteString(ev.Text)
+		}
+	}
+	if end := evs[len(evs)-1]; end.Type != events.TypeRunCompleted || !end.Refusal || refusal.Len() == 0 || text(evs) != "" {
+		t.Fatalf("run %s ended %+v, refusal %q, text %q", runID, end, refusal.String(), text(evs))
+	}
+	shown := get("read the refusal shown", `(() => { const r = document.querySelectorAll("#run-text .refusal");
+		return r.length === 1 && r[0].children.length === 0 ? r[0].textContent : "<" + r.length + " refusal elements, or markup in one>"; })()`)
+	if shown != refusal.String() {
+		t.Errorf("the refusal shows as %q, want %q", shown, refusal.String())
+	}
+	if all := get("read the run's text", `document.querySelector("#run-text").textContent`); all != refusal.String() {
+		t.Errorf("the run's text is %q: want only the refusal", all)
+	}
+	if mark := get("read the refusal's mark", `getComputedStyle(document.querySelector("#run-text .refusal"), "::before").content`); !strings.Contains(mark, "refused") {
+		t.Errorf("the refusal is marked %s, want a visible \"refused\"", mark)
+	}
+	if summary := get("read the summary", `document.querySelector("#run-summary").textContent`); !strings.Contains(summary, "the model refused") {
+		t.Errorf("the summary %q does not say the model refused", summary)
+	}
+	bcancel()
+	acancel()
+}
+
 func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }

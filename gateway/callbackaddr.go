@@ -68,6 +68,7 @@ var refusedRanges = func() []struct {
 
 var (
 	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+	ipv4Translated = netip.MustParsePrefix("::ffff:0:0:0/96")
 	sixToFour      = netip.MustParsePrefix("2002::/16")
 	ipv4Compatible = netip.MustParsePrefix("::/96")
 	loopback4      = netip.MustParsePrefix("127.0.0.0/8")
@@ -78,7 +79,8 @@ var errAddrRefused = errors.New("callback address refused")
 
 // embeddedIPv4 returns the IPv4 address an IPv6 address carries in the
 // forms that route to it: IPv4-mapped (::ffff:a.b.c.d), NAT64 (64:ff9b::/96),
-// 6to4 (2002:AABB:CCDD::) and the deprecated IPv4-compatible (::a.b.c.d).
+// IPv4-translated (::ffff:0:a.b.c.d, SIIT, RFC 2765), 6to4 (2002:AABB:CCDD::)
+// and the deprecated IPv4-compatible (::a.b.c.d).
 func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	if !a.Is6() {
 		return netip.Addr{}, false
@@ -87,7 +89,7 @@ func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	switch {
 	case a.Is4In6():
 		return a.Unmap(), true
-	case nat64WellKnown.Contains(a), ipv4Compatible.Contains(a) && a != netip.IPv6Unspecified() && a != netip.IPv6Loopback():
+	case nat64WellKnown.Contains(a), ipv4Translated.Contains(a), ipv4Compatible.Contains(a) && a != netip.IPv6Unspecified() && a != netip.IPv6Loopback():
 		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
 	case sixToFour.Contains(a):
 		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true

@@ -82,6 +82,8 @@ func TestCallbackAddressesRefused(t *testing.T) {
 		{"::ffff:10.0.0.1", "10.0.0.0/8"},                     // IPv4-mapped
 		{"::ffff:a9fe:a9fe", "169.254.0.0/16"},                // IPv4-mapped, hex
 		{"::a9fe:a9fe", "169.254.0.0/16"},                     // IPv4-compatible
+		{"::ffff:0:a9fe:a9fe", "169.254.0.0/16"},              // IPv4-translated (SIIT) of 169.254.169.254
+		{"::ffff:0:a00:1", "10.0.0.0/8"},                      // IPv4-translated of 10.0.0.1
 		{"2002:a9fe:a9fe::1", "2002::/16"},                    // 6to4 of 169.254.169.254
 		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001::/32"}, // Teredo
 	} {

@@ -32,6 +32,9 @@ func TestConsoleFiles(t *testing.T) {
 		{"/app.js", `setStatus("cancelling")`},
 		{"/app.js", "recorded, not yet confirmed"},
 		{"/app.js", "reply.unrecorded"},
+		// A refusal shows as text marked as one (TestConsoleShowsRefusalInBrowser).
+		{"/app.js", `addEventListener("refusal.delta"`},
+		{"/style.css", ".refusal::before"},
 	} {
 		if r := g.do(t, "GET", c.path, nil); !strings.Contains(string(r.body), c.contains) {
 			t.Errorf("GET %s lacks %q", c.path, c.contains)

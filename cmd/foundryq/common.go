@@ -135,6 +135,7 @@ var secretSettings = []struct {
 	{"emulator-api-key", "FOUNDRYQ_EMULATOR_API_KEY", false},
 	{"", "FOUNDRYQ_CONFORMANCE_API_KEY", false}, // foundryq conformance: read from the environment only
 	{"callbacks-secret", "FOUNDRYQ_GATEWAY_CALLBACKS_SECRET", false},
+	{"gateway-nats-password", "FOUNDRYQ_DEV_GATEWAY_NATS_PASSWORD", false},
 }
 
 // secretURLSetting reports whether the setting name holds URLs whose

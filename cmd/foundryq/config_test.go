@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/foundry"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
 )
 
 // --print-config: every setting with its effective value and where it came
@@ -175,5 +178,77 @@ func TestWorkerToolSettings(t *testing.T) {
 	def := addWorkerFlags(newFlags("worker", ""), true).config("", nil)
 	if def.ToolTimeout != consumer.DefaultToolTimeout || def.ToolTimeouts != nil || def.IdempotentTools != nil || def.ToolCancelGrace != time.Second || def.DisableServedTools {
 		t.Fatalf("defaults %+v", def)
+	}
+}
+
+// --foundry-stream-obfuscation (FOUNDRY_STREAM_OBFUSCATION) reaches the
+// Foundry client: off by default, the worker's creates ask for no
+// obfuscation (stream_options.include_obfuscation false) and the emulator
+// pads no delta; turned on by the flag or the variable, they do not ask,
+// and every delta carries its padding.
+func TestWorkerStreamObfuscationSetting(t *testing.T) {
+	srv := foundrytest.NewServer(foundrytest.Config{APIKey: "obf-key"})
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		name string
+		env  string // FOUNDRY_STREAM_OBFUSCATION; "-": unset
+		args []string
+		want bool
+	}{
+		{"default", "-", nil, false},
+		{"flag", "-", []string{"--foundry-stream-obfuscation"}, true},
+		{"environment", "true", nil, true},
+		{"flag over environment", "true", []string{"--foundry-stream-obfuscation=false"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env == "-" {
+				t.Setenv("FOUNDRY_STREAM_OBFUSCATION", "")
+				os.Unsetenv("FOUNDRY_STREAM_OBFUSCATION")
+			} else {
+				t.Setenv("FOUNDRY_STREAM_OBFUSCATION", c.env)
+			}
+			f := newFlags("worker", "")
+			wf := addWorkerFlags(f, true)
+			if err := f.parse(c.args, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			cfg := wf.foundryConfig(srv.BaseURL(), "obf-key")
+			if cfg.IncludeObfuscation != c.want {
+				t.Fatalf("foundry.Config.IncludeObfuscation = %t, want %t", cfg.IncludeObfuscation, c.want)
+			}
+			fc, err := foundry.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(fc.CloseIdleConnections)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			runID := "obf-" + strings.ReplaceAll(c.name, " ", "-")
+			s, err := fc.Create(ctx, foundry.CreateRequest{Model: "gpt-test", Input: json.RawMessage(`"hi"`),
+				Metadata: map[string]string{"run_id": runID, "emu_tokens": "3"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deltas, padded := 0, 0
+			for s.Next() {
+				if ev := s.Event(); ev.Type == foundry.EventOutputTextDelta {
+					deltas++
+					if strings.Contains(string(ev.Raw), `"obfuscation":"`) {
+						padded++
+					}
+				}
+			}
+			wantPadded := 0
+			if c.want {
+				wantPadded = deltas
+			}
+			if s.Err() != nil || deltas != 3 || padded != wantPadded {
+				t.Fatalf("stream: err %v, %d deltas, %d padded; want padded %t", s.Err(), deltas, padded, c.want)
+			}
+			body := string(srv.CreateRequests(runID)[0])
+			if asked := strings.Contains(body, `"include_obfuscation":false`); asked == c.want {
+				t.Fatalf("create body %s: asks for no obfuscation %t, want %t", body, asked, !c.want)
+			}
+		})
 	}
 }

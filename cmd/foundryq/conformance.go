@@ -22,6 +22,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		"without it, Entra ID (DefaultAzureCredential) is used.")
 	endpoint := f.String("endpoint", conformance.EnvEndpoint, "", "v1 base URL of the endpoint to compare with (empty: the emulator only)")
 	model := f.String("model", conformance.EnvModel, "", "model deployment the cases use on the endpoint (required with --endpoint)")
+	agent := f.String("agent", conformance.EnvAgent, "", "an agent of the endpoint's Foundry project, for the agent run case (refused before the agent runs: no token); empty: that case is not run on the endpoint")
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}
@@ -31,7 +32,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	var ep *conformance.Endpoint
 	if *endpoint != "" {
 		var err error
-		ep, err = conformance.New(conformance.Config{BaseURL: *endpoint, Model: *model, APIKey: os.Getenv(conformance.EnvAPIKey)})
+		ep, err = conformance.New(conformance.Config{BaseURL: *endpoint, Model: *model, Agent: *agent, APIKey: os.Getenv(conformance.EnvAPIKey)})
 		if err != nil {
 			return usageError{err}
 		}

@@ -18,6 +18,7 @@ func TestConformanceCommand(t *testing.T) {
 	t.Setenv(conformance.EnvEndpoint, "")
 	t.Setenv(conformance.EnvModel, "")
 	t.Setenv(conformance.EnvAPIKey, "")
+	t.Setenv(conformance.EnvAgent, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -39,9 +40,13 @@ func TestConformanceCommand(t *testing.T) {
 	}))
 	defer broken.Close()
 	t.Setenv(conformance.EnvAPIKey, "k")
-	code, stdout, stderr = runCmd(t, ctx, "conformance", "--endpoint", broken.URL+"/openai/v1", "--model", "m")
+	code, stdout, stderr = runCmd(t, ctx, "conformance", "--endpoint", broken.URL+"/openai/v1", "--model", "m", "--agent", "helper")
 	if code != exitError || !strings.Contains(stderr, "please report the table") {
 		t.Errorf("broken endpoint: code %d, stderr %q", code, stderr)
+	}
+	// --agent: the agent run case runs on the endpoint too.
+	if !strings.Contains(stdout, "| agent run with instructions | 400 invalid_request_error code=invalid_payload param=instructions \"Not allowed when agent is specified\" | 502 (not an error object) | DIFFERENT |") {
+		t.Errorf("broken endpoint table, agent run row:\n%s", stdout)
 	}
 	if !strings.Contains(stdout, "| unknown response id | GET 404 invalid_request_error; cancel 404 invalid_request_error | GET 502 (not an error object); cancel 502 (not an error object) | DIFFERENT |") {
 		t.Errorf("broken endpoint table:\n%s", stdout)

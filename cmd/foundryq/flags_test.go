@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -67,6 +68,38 @@ func TestHelpShowsNoSecret(t *testing.T) {
 		if !strings.Contains(stdout, "env NATS_PASSWORD (a secret: give it in the environment") {
 			t.Errorf("%s --help does not mark --nats-password as a secret", name)
 		}
+	}
+}
+
+// Every setting a command declares as a secret (flags.Secret: --help marks
+// it) is scrubbed from stderr, given as a flag or in the environment: a
+// secret added later cannot be left out of secretSettings.
+func TestEverySecretFlagIsScrubbed(t *testing.T) {
+	t.Parallel()
+	secretLine := regexp.MustCompile(`(?m)^  --(\S+) .*\n\s+env (\S+) \(a secret: `)
+	found := 0
+	for name := range commands {
+		code, stdout, _ := runCmd(t, context.Background(), name, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: %d", name, code)
+		}
+		matches := secretLine.FindAllStringSubmatch(stdout, -1)
+		if n := strings.Count(stdout, "(a secret: "); n != len(matches) {
+			t.Fatalf("%s --help marks %d secrets, the pattern reads %d: it is out of date", name, n, len(matches))
+		}
+		for _, m := range matches {
+			found++
+			flag, env := m[1], m[2]
+			got := knownSecrets([]string{"--" + flag, "flagSecret1", "--" + flag + "=flagSecret2"},
+				func(k string) (string, bool) { return "envSecret1", k == env })
+			sort.Strings(got)
+			if want := "envSecret1 flagSecret1 flagSecret2"; strings.Join(got, " ") != want {
+				t.Errorf("%s: secret --%s (%s) is scrubbed as %v, want %s (add it to secretSettings)", name, flag, env, got, want)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no command's --help marks a secret: the pattern is out of date")
 	}
 }
 

@@ -310,12 +310,13 @@ func eventsText(s events.RunSummary) string {
 	if missing := int(s.LastSeq) - s.Events; missing > 0 {
 		out += fmt.Sprintf(" (%d expired)", missing)
 	}
-	// In lifecycle order, then any type this version does not know.
-	order := []events.EventType{events.TypeRunStarted, events.TypeTextDelta, events.TypeToolStarted, events.TypeToolCompleted,
-		events.TypeToolFailed, events.TypeInputRequired, events.TypeInputReceived, events.TypeStepStarted,
+	// In lifecycle order, then any other type (one this version does not
+	// know), sorted: every type stored is counted.
+	order := []events.EventType{events.TypeRunStarted, events.TypeTextDelta, events.TypeRefusalDelta, events.TypeToolStarted,
+		events.TypeToolCompleted, events.TypeToolFailed, events.TypeInputRequired, events.TypeInputReceived, events.TypeStepStarted,
 		events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled}
 	for _, t := range slices.Sorted(maps.Keys(s.Counts)) {
-		if !t.Known() {
+		if !slices.Contains(order, t) {
 			order = append(order, t)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -389,5 +390,36 @@ func TestRunsOfAnUnknownOrQueuedRun(t *testing.T) {
 	if code, stdout, _ := runCmd(t, ctx, "runs", "--nats-url", natsURL, "retry-1"); code != exitOK ||
 		!strings.Contains(stdout, "attempt 1 of 10 failed: create: 500; next try in 1h0m") {
 		t.Fatalf("runs of a run waiting for its next try: code %d, stdout %q", code, stdout)
+	}
+}
+
+// eventsText counts every type stored: the v1 types in lifecycle order
+// (refusal.delta with the text), then any type this version does not know.
+func TestEventsTextCountsEveryType(t *testing.T) {
+	t.Parallel()
+	counts := map[events.EventType]int{}
+	all := []events.EventType{events.TypeRunStarted, events.TypeTextDelta, events.TypeRefusalDelta, events.TypeToolStarted,
+		events.TypeToolCompleted, events.TypeToolFailed, events.TypeInputRequired, events.TypeInputReceived, events.TypeStepStarted,
+		events.TypeRunCompleted, events.TypeRunFailed, events.TypeRunCancelled, "x.later", "a.future"}
+	total := 0
+	for i, typ := range all {
+		if i < len(all)-2 && !typ.Known() {
+			t.Fatalf("%s is not a v1 type", typ)
+		}
+		counts[typ] = i + 1
+		total += i + 1
+	}
+	got := eventsText(events.RunSummary{Events: total, LastSeq: uint64(total), Counts: counts})
+	want := fmt.Sprintf("%d stored: run.started 1, text.delta 2, refusal.delta 3, tool.started 4, tool.completed 5, tool.failed 6, "+
+		"input.required 7, input.received 8, step.started 9, run.completed 10, run.failed 11, run.cancelled 12, a.future 14, x.later 13", total)
+	if got != want {
+		t.Fatalf("eventsText:\n got %s\nwant %s", got, want)
+	}
+
+	// A refused run: its refusal deltas are counted.
+	got = eventsText(events.RunSummary{Events: 5, LastSeq: 5, Counts: map[events.EventType]int{
+		events.TypeRunStarted: 1, events.TypeRefusalDelta: 3, events.TypeRunCompleted: 1}})
+	if want := "5 stored: run.started 1, refusal.delta 3, run.completed 1"; got != want {
+		t.Fatalf("eventsText of a refusal: %q, want %q", got, want)
 	}
 }

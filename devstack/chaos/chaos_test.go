@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -73,7 +74,9 @@ var foundryqBin string
 // JetStream's store filled past the workers' store-full timeout, then
 // freed; upstream stalls (a silent stream, a response stuck queued); runs
 // with a short timeout_seconds whose stream would outlast it. Each kind of
-// fault comes once, in a random order, then they come at random. Then
+// fault comes once, in a random order (even if that outlasts the fault
+// period; a kind that did not run fails the test), then they come at
+// random while the period lasts. Then
 // every run is audited and the table printed; any lost or repeated token,
 // extra upstream response, run without a terminal event, token or tool
 // call after a cancel, malformed event stream, cancelled run whose
@@ -155,13 +158,14 @@ func TestChaos(t *testing.T) {
 		}()
 	}
 	faultsEnd := time.Now().Add(mode.duration)
+	var faultsDone atomic.Bool // runs are submitted while faults are injected
 	interval := mode.duration / time.Duration(mode.minRuns+mode.minRuns/4)
 	submitted := 0
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		r := rand.New(rand.NewPCG(seed, 1))
-		for i := 0; time.Now().Before(faultsEnd) || i < mode.minRuns; i++ {
+		for i := 0; time.Now().Before(faultsEnd) || !faultsDone.Load() || i < mode.minRuns; i++ {
 			id := fmt.Sprintf("chaos-%04d", i)
 			// A run that may end only when Foundry's cancel has failed for
 			// the whole cancel bound is not started near the end.
@@ -196,10 +200,12 @@ func TestChaos(t *testing.T) {
 		}
 	}()
 
-	// Faults: each kind once, in a random order, then at random.
+	// Faults: each kind once, in a random order (even past the fault
+	// period, so that every kind runs), then at random while the period
+	// lasts.
 	fr := rand.New(rand.NewPCG(seed, 2))
 	order := fr.Perm(faultKinds)
-	for time.Now().Before(faultsEnd) {
+	for len(order) > 0 || time.Now().Before(faultsEnd) {
 		k := fr.IntN(faultKinds)
 		if len(order) > 0 {
 			k, order = order[0], order[1:]
@@ -207,8 +213,12 @@ func TestChaos(t *testing.T) {
 		faults.inject(ctx, k, fleet, fr)
 		time.Sleep(time.Duration(1000+fr.IntN(2000)) * time.Millisecond) // between faults
 	}
+	faultsDone.Store(true)
 	wg.Wait()
 	t.Logf("faults: %s; %d runs submitted", faults, submitted)
+	if ran := len(faults.ran); ran < faultKinds {
+		t.Errorf("%d of the %d fault kinds were injected (%s)", ran, faultKinds, faults)
+	}
 	wctx, wcancel := context.WithTimeout(ctx, chaosDrain)
 	defer wcancel()
 	if err := a.WaitEnded(wctx); err != nil {

@@ -35,6 +35,7 @@ type faults struct {
 	cancel func(id string, delay time.Duration)
 
 	count       map[string]int // faults injected, by kind
+	ran         map[int]bool   // the kinds (inject's k) injected and exercised
 	cutCancels  [2]int         // cancels sent while a worker was cut off: for its runs, for others
 	noFaultsAPI bool           // the emulator has no /_emulator/faults
 
@@ -43,7 +44,7 @@ type faults struct {
 }
 
 func newFaults(t *testing.T, s *devstack.Stack, js jetstream.JetStream, a *Auditor, proxy *Proxy, cutOff string) *faults {
-	return &faults{t: t, s: s, js: js, a: a, proxy: proxy, cutOff: cutOff, count: map[string]int{}}
+	return &faults{t: t, s: s, js: js, a: a, proxy: proxy, cutOff: cutOff, count: map[string]int{}, ran: map[int]bool{}}
 }
 
 // submitted notes a run just submitted (a candidate for the cancels a
@@ -68,8 +69,12 @@ func (f *faults) recentRuns() []string {
 // after).
 func (f *faults) inject(ctx context.Context, k int, fl *fleet, r *rand.Rand) {
 	start := time.Now()
+	exercised := true
 	defer func() {
 		f.t.Logf("fault %d from %s for %s", k, start.Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
+		if exercised {
+			f.ran[k] = true
+		}
 	}()
 	switch k {
 	case 0:
@@ -106,6 +111,7 @@ func (f *faults) inject(ctx context.Context, k int, fl *fleet, r *rand.Rand) {
 		from := time.Now()
 		if !f.emulatorFault(ctx, key, d) {
 			f.count[name+" (not exercised: the emulator has no /_emulator/faults)"]++
+			exercised = false
 			return
 		}
 		f.count[name+", with cancels"]++

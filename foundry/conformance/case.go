@@ -24,6 +24,10 @@ type Case struct {
 	// EndpointOnly, when set, is why the case is not run against the
 	// emulator (the emulator does not model it).
 	EndpointOnly string
+	// NeedsAgent, when set, makes the case run on a real endpoint only when
+	// it names an agent (Config.Agent, EnvAgent): an agent run needs an
+	// agent of the endpoint's project. The emulator knows every agent.
+	NeedsAgent bool
 	// Run observes the behaviour on e and returns a short string that the
 	// same behaviour gives on every endpoint (no ids, no timings). An error
 	// means the case could not observe anything (a network failure, a
@@ -42,6 +46,7 @@ var Cases = []Case{
 	caseStreamOrder,
 	caseResume,
 	caseRetrieve,
+	caseNotFoundWindow,
 	caseRequestIDs,
 	caseObfuscation,
 	caseKeepaliveMidStream,
@@ -55,6 +60,7 @@ var Cases = []Case{
 	caseFunctionFollowUp,
 	caseFunctionOutputMissing,
 	casePreviousUnknown,
+	caseAgentInstructions,
 	caseContentFilterStream,
 	caseRefusal,
 	caseErrorFirst,
@@ -87,6 +93,8 @@ func (c Case) Applies(e *Endpoint) (bool, string) {
 		return false, "endpoint only: " + c.EndpointOnly
 	case !e.emulator && c.EmulatorOnly != "":
 		return false, "emulator only: " + c.EmulatorOnly
+	case c.NeedsAgent && e.agent == "":
+		return false, "needs an agent: set " + EnvAgent + " to an agent of the project"
 	}
 	return true, ""
 }

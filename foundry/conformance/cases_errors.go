@@ -2,8 +2,10 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -139,4 +141,45 @@ var caseResumeWindow = Case{
 		}
 		return "resume " + resume + "; GET " + get, nil
 	},
+}
+
+var caseAgentInstructions = Case{
+	Name: "agent run with instructions",
+	Want: `400 invalid_request_error code=invalid_payload param=instructions "Not allowed when agent is specified"`,
+	Source: "microsoft/agent-framework #5130 (400 invalid_payload \"Not allowed when agent is specified.\", param naming " +
+		"the field an agent_reference does not allow; the agent's own instructions, tools and options apply); " +
+		"microsoft/agent-framework #2573 (the same answer for temperature and top_p)",
+	NeedsAgent: true,
+	Run: func(ctx context.Context, e *Endpoint) (string, error) {
+		// An agent run in its smallest form, plus the refused field: no
+		// model, no max_output_tokens (the agent's settings apply), not
+		// streamed. The service refuses it before the agent runs.
+		body := e.createBody(map[string]any{
+			"agent_reference": map[string]any{"type": "agent_reference", "name": e.agent},
+			"instructions":    "Reply in French.",
+		})
+		delete(body, "model")
+		delete(body, "max_output_tokens")
+		res, err := e.do(ctx, http.MethodPost, "responses", body)
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		if res.StatusCode < 300 {
+			return fmt.Sprintf("%d (accepted)", res.StatusCode), nil
+		}
+		return refusalObservation(res), nil
+	},
+}
+
+// refusalObservation reads an error reply: "STATUS TYPE code=C param=P
+// "message"", the message without its final period.
+func refusalObservation(res *http.Response) string {
+	data, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	obs := errorObs(res.StatusCode, data, false)
+	var b apiErrorBody
+	if json.Unmarshal(data, &b) == nil && b.Error != nil {
+		obs += fmt.Sprintf(" %q", strings.TrimSuffix(b.Error.Message, "."))
+	}
+	return obs
 }

@@ -9,8 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/foundryq/foundryq/foundry"
 )
 
 // A follow-up continues a response that stopped on a function_call or an
@@ -60,11 +58,12 @@ var idPattern = regexp.MustCompile(`\b(resp|call|fc|mcpr|mcp|msg)_[A-Za-z0-9]+`)
 // followUp sends a follow-up create and observes the reply: on 2xx the
 // decoded response; otherwise "STATUS TYPE code=C param=P "message"", ids
 // in the message replaced by "…". It repeats while the service says the
-// previous response is not found, for up to foundry.NotFoundGrace: a
+// previous response is not found, for up to e.notFoundGrace
+// (foundry.NotFoundGrace): a
 // response just created can be invisible for a while on Azure's /openai/v1
 // (dotnet/extensions #7704); the emulator knows it at once.
 func (e *Endpoint) followUp(ctx context.Context, body map[string]any) (*responseObject, string, error) {
-	deadline := time.Now().Add(foundry.NotFoundGrace)
+	deadline := time.Now().Add(e.notFoundGrace)
 	for {
 		r, obs, notFound, err := e.followUpOnce(ctx, body)
 		if err != nil || !notFound || time.Now().After(deadline) {

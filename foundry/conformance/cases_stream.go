@@ -2,9 +2,12 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 var caseCreate = Case{
@@ -203,4 +206,78 @@ func clip(s string) string {
 		return s[:40] + "…"
 	}
 	return strings.TrimSpace(s)
+}
+
+// notFoundWindowBound bounds the 404 window case: the stream, then a
+// minute of GETs (Endpoint.notFoundGrace).
+const notFoundWindowBound = 90 * time.Second
+
+var caseNotFoundWindow = Case{
+	Name: "GET right after a streamed create",
+	Want: "visible (200) within a minute; 404s in between are error objects",
+	Source: "dotnet/extensions #7704 (on Azure's /openai/v1 a response just streamed answered 404 for up to 32.7 s, " +
+		"79 samples, then 200); openai/openai-openapi GET /responses/{id} (404 with the Error object). " +
+		"The emulator answers 404 for as long as emu_get_404_ms asks (2 s here)",
+	Run: func(ctx context.Context, e *Endpoint) (string, error) {
+		obs, _, err := e.getAfterStream(ctx)
+		return obs, err
+	},
+}
+
+// getAfterStream streams a background create to its end, then GETs the
+// response until it answers other than 404, for at most e.notFoundGrace,
+// and says whether it became visible and whether each 404 was an error
+// object. notFound counts the 404s.
+func (e *Endpoint) getAfterStream(ctx context.Context) (obs string, notFound int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, notFoundWindowBound)
+	defer cancel()
+	id, _, err := e.streamed(ctx, "emu_get_404_ms", "2000")
+	if err != nil {
+		return "", 0, err
+	}
+	deadline := time.Now().Add(e.notFoundGrace)
+	between := "404s in between are error objects"
+	for {
+		status, data, err := e.get(ctx, "responses/"+id)
+		if err != nil {
+			return "", notFound, err
+		}
+		switch {
+		case status == http.StatusOK:
+			return "visible (200) within a minute; " + between, notFound, nil
+		case status != http.StatusNotFound:
+			return "GET " + errorObs(status, data, false) + "; " + between, notFound, nil
+		}
+		notFound++
+		if !isErrorObject(data) && !strings.HasPrefix(between, "a 404") { // the first one says it
+			between = "a 404 in between is not an error object (" + errorObs(status, data, false) + ")"
+		}
+		if time.Now().After(deadline) {
+			return "still 404 after a minute; " + between, notFound, nil
+		}
+		if err := sleep(ctx, notFoundPause); err != nil {
+			return "", notFound, err
+		}
+	}
+}
+
+// get sends a GET and returns the status and the body.
+func (e *Endpoint) get(ctx context.Context, path string) (int, []byte, error) {
+	res, err := e.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
+	if err != nil {
+		return res.StatusCode, nil, fmt.Errorf("read the GET %s reply: %w", path, err)
+	}
+	return res.StatusCode, data, nil
+}
+
+// isErrorObject reports whether data is the API's error object: {"error":
+// {"message": ...}} with a message.
+func isErrorObject(data []byte) bool {
+	var b apiErrorBody
+	return json.Unmarshal(data, &b) == nil && b.Error != nil && strings.TrimSpace(b.Error.Message) != ""
 }

@@ -75,7 +75,8 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ep == nil {
-		t.Skipf("set %s, %s and %s (or an Entra ID login) to compare the emulator with a real endpoint", EnvEndpoint, EnvModel, EnvAPIKey)
+		t.Skipf("set %s, %s and %s (or an Entra ID login), and optionally %s, to compare the emulator with a real endpoint",
+			EnvEndpoint, EnvModel, EnvAPIKey, EnvAgent)
 	}
 	emu := startEmulator(t)
 	ctx := ctxT(t)
@@ -108,6 +109,9 @@ func TestRegistry(t *testing.T) {
 		seen[c.Name] = true
 		if c.EmulatorOnly != "" && c.EndpointOnly != "" {
 			t.Errorf("case %q is both emulator-only and endpoint-only", c.Name)
+		}
+		if c.NeedsAgent && (c.EmulatorOnly != "" || c.EndpointOnly != "") {
+			t.Errorf("case %q needs an agent on the endpoint but does not run on both", c.Name)
 		}
 		if strings.ContainsAny(c.Want, "\n|") {
 			t.Errorf("case %q: Want must fit one table cell", c.Name)

@@ -34,7 +34,16 @@ const (
 	// EnvModel is the model deployment the cases use (required with
 	// EnvEndpoint): a small, cheap one is best.
 	EnvModel = "FOUNDRYQ_CONFORMANCE_MODEL"
+	// EnvAgent is the name of an agent of the endpoint's Foundry project,
+	// for the cases about agent runs (Case.NeedsAgent); without it they are
+	// not run on the endpoint. The agent never runs: its case is a create
+	// the service refuses, which spends no token.
+	EnvAgent = "FOUNDRYQ_CONFORMANCE_AGENT"
 )
+
+// EmulatorAgent is the agent name the cases send to the emulator, which
+// knows every agent.
+const EmulatorAgent = "foundryq-conformance"
 
 // EmulatorModel is the model name the cases send to the emulator, which
 // accepts any.
@@ -50,6 +59,9 @@ type Config struct {
 	// Model is the model or deployment name the cases create responses
 	// with. Required.
 	Model string
+	// Agent is the name of an agent of the endpoint's project, for the
+	// cases that need one (Case.NeedsAgent). Empty: they are not run.
+	Agent string
 	// APIKey is sent in the "api-key" header. Empty: Entra ID.
 	APIKey string
 	// Credential provides Entra ID tokens when APIKey is empty. Default:
@@ -72,10 +84,16 @@ type Endpoint struct {
 	name    string
 	baseURL string
 	model   string
+	agent   string
 	apiKey  string
 	cred    azcore.TokenCredential
 	scope   string
 	hc      *http.Client
+
+	// notFoundGrace is how long a response may answer 404 after its
+	// streamed create before the cases take the 404 for an answer:
+	// foundry.NotFoundGrace (tests of the package shorten it).
+	notFoundGrace time.Duration
 
 	// emulator is set for foundrytest's emulator: it honours the emu_*
 	// metadata directives, and its clock can be moved (advance).
@@ -106,10 +124,13 @@ func New(cfg Config) (*Endpoint, error) {
 		name:    cfg.Name,
 		baseURL: fc.BaseURL(),
 		model:   cfg.Model,
+		agent:   strings.TrimSpace(cfg.Agent),
 		apiKey:  cfg.APIKey,
 		cred:    cfg.Credential,
 		scope:   fc.Scope(),
 		hc:      cfg.HTTPClient,
+
+		notFoundGrace: foundry.NotFoundGrace,
 	}
 	if e.name == "" {
 		e.name = "endpoint"
@@ -120,8 +141,8 @@ func New(cfg Config) (*Endpoint, error) {
 	return e, nil
 }
 
-// FromEnv returns the endpoint that EnvEndpoint, EnvAPIKey and EnvModel
-// describe, or nil and no error when EnvEndpoint is unset.
+// FromEnv returns the endpoint that EnvEndpoint, EnvAPIKey, EnvModel and
+// EnvAgent describe, or nil and no error when EnvEndpoint is unset.
 func FromEnv() (*Endpoint, error) {
 	base := strings.TrimSpace(os.Getenv(EnvEndpoint))
 	if base == "" {
@@ -131,7 +152,7 @@ func FromEnv() (*Endpoint, error) {
 	if model == "" {
 		return nil, fmt.Errorf("conformance: %s is set but %s is not (the model deployment to use)", EnvEndpoint, EnvModel)
 	}
-	return New(Config{Name: "endpoint", BaseURL: base, Model: model, APIKey: os.Getenv(EnvAPIKey)})
+	return New(Config{Name: "endpoint", BaseURL: base, Model: model, Agent: os.Getenv(EnvAgent), APIKey: os.Getenv(EnvAPIKey)})
 }
 
 // Emulator is foundrytest's emulator started in process for the cases,
@@ -150,7 +171,7 @@ func StartEmulator() (*Emulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conformance: start the emulator: %w", err)
 	}
-	e, err := New(Config{Name: "emulator", BaseURL: srv.BaseURL(), Model: EmulatorModel, APIKey: key})
+	e, err := New(Config{Name: "emulator", BaseURL: srv.BaseURL(), Model: EmulatorModel, Agent: EmulatorAgent, APIKey: key})
 	if err != nil {
 		srv.Close()
 		return nil, err

@@ -12,8 +12,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/foundryq/foundryq/foundry"
 )
 
 // The request every case starts from: a prompt the model answers in a
@@ -288,12 +286,12 @@ func (e *Endpoint) call(ctx context.Context, method, path string, body any, with
 	return res.StatusCode, &r, fmt.Sprintf("%d %s", res.StatusCode, r.Status), nil
 }
 
-// visible repeats call while it answers 404, for up to
-// foundry.NotFoundGrace: on Azure's /openai/v1 a response can answer 404
+// visible repeats call while it answers 404, for up to e.notFoundGrace
+// (foundry.NotFoundGrace): on Azure's /openai/v1 a response can answer 404
 // for about 33 s after a streamed create (dotnet/extensions #7704). The
 // emulator answers at once.
 func (e *Endpoint) visible(ctx context.Context, method, path string, body any, withMessage bool) (int, *responseObject, string, error) {
-	deadline := time.Now().Add(foundry.NotFoundGrace)
+	deadline := time.Now().Add(e.notFoundGrace)
 	for {
 		status, r, obs, err := e.call(ctx, method, path, body, withMessage)
 		if err != nil || status != http.StatusNotFound || time.Now().After(deadline) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,9 +19,25 @@ import (
 // calls a function and asks for an MCP approval, and so does a follow-up,
 // whatever it answered, with no text; GET says in_progress for any id,
 // resume answers JSON, cancel says completed, and every create is
-// accepted, bad or not.
-func wrongService(w http.ResponseWriter, req *http.Request) {
-	body, _ := io.ReadAll(req.Body)
+// accepted, bad or not (an agent run with instructions too). A response
+// created with emu_get_404_ms answers its next GET 404 with an empty body,
+// not the error object.
+func wrongService() http.HandlerFunc {
+	var hideNextGet atomic.Bool
+	return func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		if req.Method == http.MethodPost && bytes.Contains(body, []byte(`"emu_get_404_ms"`)) {
+			hideNextGet.Store(true)
+		}
+		if req.Method == http.MethodGet && req.URL.RawQuery == "" && hideNextGet.CompareAndSwap(true, false) {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		wrongAnswer(w, req, body)
+	}
+}
+
+func wrongAnswer(w http.ResponseWriter, req *http.Request, body []byte) {
 	switch {
 	case req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/responses") && !bytes.Contains(body, []byte(`"stream":true`)):
 		w.Header().Set("Content-Type", "application/json")
@@ -49,12 +66,12 @@ func wrongService(w http.ResponseWriter, req *http.Request) {
 // Every case is run, as on the emulator and as on an endpoint.
 func TestCasesCatchAWrongService(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(wrongService))
+	srv := httptest.NewServer(wrongService())
 	t.Cleanup(srv.Close)
 	ctx := ctxT(t)
 	checked := map[string]bool{}
 	for _, asEmulator := range []bool{true, false} {
-		e, err := New(Config{BaseURL: srv.URL + "/openai/v1", Model: "m", APIKey: "k"})
+		e, err := New(Config{BaseURL: srv.URL + "/openai/v1", Model: "m", Agent: "a", APIKey: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -202,6 +202,23 @@ function appendText(text) {
   box.scrollTop = box.scrollHeight;
 }
 
+// appendRefusal shows the model's refusal (refusal.delta) as text, in one
+// element marked as a refusal (class "refusal", a "refused" label before
+// it): the model declined and says why; that is not its answer.
+function appendRefusal(text) {
+  const box = $("#run-text");
+  let el = box.lastChild;
+  if (!el || el.nodeType !== Node.ELEMENT_NODE || !el.classList.contains("refusal")) {
+    el = document.createElement("span");
+    el.className = "refusal";
+    el.title = "the model refused";
+    el.append(document.createTextNode(""));
+    box.append(el);
+  }
+  el.firstChild.appendData(text);
+  box.scrollTop = box.scrollHeight;
+}
+
 function toolLabel(tool) {
   return [tool.server_label, tool.name].filter(Boolean).join("/") || tool.type;
 }
@@ -267,6 +284,7 @@ function showSummary(ev) {
     rows.push(["usage", ev.usage_unknown ? "unknown" : usageText(ev.usage)]);
   } else if (ev.type === "run.completed") {
     rows.push(["ended", ev.status + (ev.incomplete_reason ? " (" + ev.incomplete_reason + ")" : "")]);
+    if (ev.refusal) rows.push(["refusal", "the model refused (its reason is above)"]);
     rows.push(["usage", usageText(ev.usage)]);
   } else {
     rows.push(["ended", "failed"]);
@@ -307,6 +325,7 @@ function openRun(id) {
     $("#run-meta").textContent = "response " + ev.response_id + " \u00b7 attempt " + ev.attempt + " \u00b7 worker " + ev.worker;
   });
   es.addEventListener("text.delta", (m) => { setStatus("running"); appendText(JSON.parse(m.data).text); });
+  es.addEventListener("refusal.delta", (m) => { setStatus("running"); appendRefusal(JSON.parse(m.data).text); });
   for (const t of ["tool.started", "tool.completed", "tool.failed"]) {
     es.addEventListener(t, (m) => showTool(JSON.parse(m.data)));
   }

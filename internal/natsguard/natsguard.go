@@ -2,7 +2,9 @@
 // someone in without a secret: a user whose password came out empty (an
 // empty environment variable behind password: $VAR gives a user with no
 // password, and nats-server accepts it), an empty token, route credentials
-// or JetStream store key.
+// or JetStream store key, and any of those that is still a placeholder
+// ("$ROUTE_PASSWORD" quoted, so taken as the text itself: a password
+// anyone who read the file or its template knows).
 //
 // nats-server itself refuses an unset variable but not an empty one. The
 // NATS image runs its configs through this check before it starts the
@@ -14,20 +16,28 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/conf"
 )
 
-// ErrEmptySecret is wrapped by every refusal of CheckFile.
+// ErrEmptySecret is wrapped by CheckFile's refusal of an empty secret.
 var ErrEmptySecret = errors.New("empty secret in nats config")
+
+// ErrUnreplacedSecret is wrapped by CheckFile's refusal of a secret that
+// is a placeholder nobody replaced: the whole value is $NAME, ${NAME} or
+// $(NAME) (nats-server takes a quoted "$NAME" as the text itself, a
+// password anyone who read the file knows).
+var ErrUnreplacedSecret = errors.New("unreplaced placeholder for a secret in nats config")
 
 // CheckFile parses the nats-server configuration at path as nats-server
 // does (includes followed, $VARIABLES resolved from the file or the
 // environment) and returns an error wrapping ErrEmptySecret for the first
-// secret that is empty, naming where it is (never its value), or the
-// parser's error (an unset variable, a syntax error).
+// secret that is empty or ErrUnreplacedSecret for one that is a
+// placeholder, naming where it is (never its value), or the parser's
+// error (an unset variable, a syntax error).
 func CheckFile(path string) error {
 	m, err := conf.ParseFile(path)
 	if err != nil {
@@ -59,12 +69,18 @@ func check(path string, v any) error {
 			if secretKeys[strings.ToLower(k)] && empty(v[k]) {
 				return fmt.Errorf("%w: %s is empty (set its variable to a non-empty value)", ErrEmptySecret, join(path, k))
 			}
+			if secretKeys[strings.ToLower(k)] && placeholder(v[k]) {
+				return fmt.Errorf("%w: %s is a placeholder, not a secret (replace it, or write $NAME unquoted to read the variable)", ErrUnreplacedSecret, join(path, k))
+			}
 		}
 		if user := firstOf(lower, userKeys); user != "" && lower["nkey"] == nil && firstOf(lower, secretKeys) == "" {
 			return fmt.Errorf("%w: %s: user %q has no password", ErrEmptySecret, orTop(path), user)
 		}
 		if _, ok := lower["cipher"]; ok && empty(lower["key"]) {
 			return fmt.Errorf("%w: %s is empty: the store's encryption key (set its variable to a non-empty value)", ErrEmptySecret, join(path, "key"))
+		}
+		if _, ok := lower["cipher"]; ok && placeholder(lower["key"]) {
+			return fmt.Errorf("%w: %s is a placeholder: the store's encryption key (replace it)", ErrUnreplacedSecret, join(path, "key"))
 		}
 		for _, k := range keys {
 			if err := check(join(path, k), v[k]); err != nil {
@@ -80,8 +96,12 @@ func check(path string, v any) error {
 	case string:
 		// Route URLs with credentials: nats-route://user:pass@host:6222.
 		if u, err := url.Parse(v); err == nil && u.User != nil && strings.Contains(u.Scheme, "nats") {
-			if p, ok := u.User.Password(); !ok || strings.TrimSpace(p) == "" {
+			p, ok := u.User.Password()
+			if !ok || strings.TrimSpace(p) == "" {
 				return fmt.Errorf("%w: %s: the URL's password is empty", ErrEmptySecret, orTop(path))
+			}
+			if placeholder(p) {
+				return fmt.Errorf("%w: %s: the URL's password is a placeholder, not a secret", ErrUnreplacedSecret, orTop(path))
 			}
 		}
 	}
@@ -99,6 +119,21 @@ func empty(v any) bool {
 	}
 	return false
 }
+
+// placeholderRE is a whole value that names a variable instead of
+// holding it: $NAME, ${NAME}, $(NAME) (shell, Compose, Kubernetes).
+var placeholderRE = regexp.MustCompile(`^\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}|\([A-Za-z_][A-Za-z0-9_]*\))$`)
+
+// placeholder reports whether v is a string that is only a variable's
+// name (a bcrypt hash, $2a$..., is not: no name starts with a digit).
+func placeholder(v any) bool {
+	s, ok := v.(string)
+	return ok && placeholderRE.MatchString(strings.TrimSpace(s))
+}
+
+// IsPlaceholder reports whether s is a placeholder CheckFile refuses as
+// a secret ($NAME, ${NAME}, $(NAME)).
+func IsPlaceholder(s string) bool { return placeholder(s) }
 
 // firstOf returns the first non-empty string among keys of m ("" if none).
 func firstOf(m map[string]any, keys map[string]bool) string {

@@ -31,6 +31,24 @@ func TestCheckFile(t *testing.T) {
 		{"empty password in a route URL", `cluster { port: 6222, routes: ["nats-route://route:@nats-1:6222"] }`, natsguard.ErrEmptySecret, "cluster.routes[0]"},
 		{"empty store key", `jetstream { store_dir: /data, cipher: chachapoly, key: $NATSGUARD_EMPTY }`, natsguard.ErrEmptySecret, "jetstream.key"},
 	}
+	cases = append(cases, []struct {
+		name, conf string
+		err        error
+		where      string
+	}{
+		// A placeholder nobody replaced: quoted, nats-server takes it as the
+		// password itself, one anybody who read the file knows.
+		{"placeholder password", `cluster { port: 6222, authorization { user: route, password: "$ROUTE_PASSWORD" } }`, natsguard.ErrUnreplacedSecret, "cluster.authorization.password"},
+		{"placeholder in braces", `authorization { user: a, password: "${CLIENT_PASSWORD}" }`, natsguard.ErrUnreplacedSecret, "authorization.password"},
+		{"placeholder token", `authorization { token: "$(TOKEN)" }`, natsguard.ErrUnreplacedSecret, "authorization.token"},
+		{"placeholder in a route URL", `cluster { port: 6222, routes: ["nats-route://route:$ROUTE_PASSWORD@nats-1:6222"] }`, natsguard.ErrUnreplacedSecret, "cluster.routes[0]"},
+		{"placeholder in a route URL, escaped", `cluster { port: 6222, routes: ["nats://route:%24ROUTE_PASSWORD@nats-0.nats-headless:6222"] }`, natsguard.ErrUnreplacedSecret, "cluster.routes[0]"},
+		{"placeholder store key", `jetstream { store_dir: /data, cipher: chachapoly, key: "$JETSTREAM_KEY" }`, natsguard.ErrUnreplacedSecret, "jetstream.key"},
+		// A bcrypt hash starts with $ too; a variable resolved is no placeholder.
+		{"bcrypt hash", `authorization { user: a, password: "$2a$11$W2zko751KUvVy59mUTWmpOdWjpEm5qhcCZRd05GjI/sSOT.xtiHyG" }`, nil, ""},
+		{"a password with a dollar inside", `authorization { user: a, password: "ab$cd" }`, nil, ""},
+		{"variable resolved", `authorization { user: a, password: $NATSGUARD_SET }`, nil, ""},
+	}...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "test.conf")
