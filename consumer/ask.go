@@ -293,6 +293,14 @@ func (w *Worker) answer(ctx context.Context, runID string, a events.InputAnswer,
 		return events.InputReply{Result: events.InputAlreadyAnswered}, nil
 	}
 	first, err := w.storeAnswer(ctx, runID, a.ID, raw)
+	if jserr.StoreFull(err) {
+		why := err.Error()
+		if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
+			why = apiErr.Description
+		}
+		return events.InputReply{Result: events.InputStoreFull, Error: fmt.Sprintf(
+			"%s is full (%s); nothing was recorded: answer again once runs have ended or been answered", w.names.InputsStream(), why)}, nil
+	}
 	if err != nil {
 		return events.InputReply{}, err
 	}

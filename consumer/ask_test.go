@@ -109,9 +109,14 @@ func TestFunctionOutputContinuesTheRun(t *testing.T) {
 	if r, err := e.client.SendOutput(ctx, "ask-fn", call.ID, `{"temp":21}`); err != nil || r.Result != events.InputAccepted {
 		t.Fatalf("output: %+v %v", r, err)
 	}
-	if r, err := e.client.SendOutput(ctx, "ask-fn", call.ID, `{"temp":99}`); err != nil ||
-		(r.Result != events.InputAlreadyAnswered && r.Result != events.InputRunFinished) {
+	// already_answered, or run_finished if the run has ended meanwhile (a
+	// record, once finished, stays so): never run_finished while it goes on.
+	r, err := e.client.SendOutput(ctx, "ask-fn", call.ID, `{"temp":99}`)
+	if err != nil || (r.Result != events.InputAlreadyAnswered && r.Result != events.InputRunFinished) {
 		t.Fatalf("second output: %+v %v", r, err)
+	}
+	if st := e.state("ask-fn"); r.Result == events.InputRunFinished && !st.Finished() {
+		t.Fatalf("second output: run_finished for a run that is %s", st.Status)
 	}
 	evs := e.collect("ask-fn", 30*time.Second)
 	if end := checkWellFormed(t, evs); end.Type != events.TypeRunCompleted {
@@ -174,6 +179,10 @@ func TestInputTimeout(t *testing.T) {
 		st, _, err := e.client.State(testCtx(t), "ask-timeout")
 		return err == nil && st.Status == events.StatusFailed
 	})
+	// Nothing was denied or answered on the caller's behalf: no next step.
+	if n := len(e.emu.CreateRequests("ask-timeout")); n != 1 {
+		t.Fatalf("%d upstream creates, want the first step's only", n)
+	}
 }
 
 // An owner killed during a later step: the next worker re-attaches to that

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // A run's deadline is enforced by its owner (armTimers). So that it is
@@ -22,6 +24,13 @@ import (
 // recorded its own) and, if the record names a response, calls Foundry's
 // cancel. The run's terminal event follows when its job is delivered
 // again: the next owner finds the cancel on record.
+//
+// A record that is not written again is not heard again: a waiting run's
+// record stays as it is until an answer comes, and a streaming run's owner
+// may be dead already. So a worker also reads every record once when it
+// starts and after each reconnect (readDeadlines: an ordered consumer on
+// the bucket's stream, a batch at a time), into the same deadlines. What
+// it keeps is a run id and a time per unfinished run that has a deadline.
 
 // deadlineGrace is how long after a run's deadline the other workers leave
 // it to its owner.
@@ -33,11 +42,19 @@ const deadlineTick = 250 * time.Millisecond
 // maxEnforcing bounds the deadlines one worker enforces at once.
 const maxEnforcing = 16
 
+// readBatch is how many records readDeadlines takes at a time.
+const readBatch = 256
+
 // deadlines holds the deadlines of the unfinished runs a worker has seen
-// written. Safe for concurrent use.
+// written or read. Safe for concurrent use.
 type deadlines struct {
 	mu  sync.Mutex
 	due map[string]time.Time
+	// reads counts the reads of every record under way; heard holds the
+	// runs whose record was written while one was: what the read finds
+	// for them may be older than what was heard.
+	reads int
+	heard map[string]struct{}
 }
 
 // seen updates the deadline of runID from a written record: nil when the
@@ -45,6 +62,48 @@ type deadlines struct {
 func (d *deadlines) seen(runID string, due *time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.reads > 0 {
+		d.heard[runID] = struct{}{}
+	}
+	d.set(runID, due)
+}
+
+// read updates the deadline of runID from a record read by readDeadlines,
+// unless a write of the record was heard since the read began.
+func (d *deadlines) read(runID string, due *time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.heard[runID]; ok {
+		return
+	}
+	d.set(runID, due)
+}
+
+// beginRead and endRead bracket a read of every record.
+func (d *deadlines) beginRead() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.reads++; d.heard == nil {
+		d.heard = make(map[string]struct{})
+	}
+}
+
+func (d *deadlines) endRead() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.reads--; d.reads == 0 {
+		d.heard = nil
+	}
+}
+
+// len is the number of deadlines held.
+func (d *deadlines) len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.due)
+}
+
+func (d *deadlines) set(runID string, due *time.Time) {
 	if due == nil {
 		delete(d.due, runID)
 		return
@@ -117,9 +176,16 @@ func (w *Worker) watchDeadlines() (func(), error) {
 // reads the record again before it acts.
 func (w *Worker) onStateWrite(m *nats.Msg) {
 	runID := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	if m.Header.Get("KV-Operation") != "" {
-		w.deadlines.seen(runID, nil) // deleted or purged
-		return
+	w.deadlines.seen(runID, dueOf(m.Header, m.Data))
+}
+
+// dueOf is the deadline a worker enforces for a run whose record (its
+// headers and body) is this: the earlier of its deadline and, while it
+// waits, its input deadline; nil for a deleted record, a finished run, a
+// run with a cancel on record or with no deadline.
+func dueOf(h nats.Header, data []byte) *time.Time {
+	if h.Get("KV-Operation") != "" {
+		return nil // deleted or purged
 	}
 	var st struct {
 		Status        events.RunStatus     `json:"status"`
@@ -127,14 +193,117 @@ func (w *Worker) onStateWrite(m *nats.Msg) {
 		InputDeadline *time.Time           `json:"input_deadline"`
 		Cancel        *events.CancelRecord `json:"cancel"`
 	}
-	if err := json.Unmarshal(m.Data, &st); err != nil || st.Status.Finished() || st.Cancel != nil {
-		st.Deadline, st.InputDeadline = nil, nil
+	if err := json.Unmarshal(data, &st); err != nil || st.Status.Finished() || st.Cancel != nil {
+		return nil
 	}
 	due := st.Deadline
 	if st.Status == events.StatusWaiting && st.InputDeadline != nil && (due == nil || st.InputDeadline.Before(*due)) {
 		due = st.InputDeadline
 	}
-	w.deadlines.seen(runID, due)
+	return due
+}
+
+// readDeadlinesSoon reads every record into the deadlines, in the
+// background (at start and after a reconnect): one read at a time, and a
+// request made during a read is served by one more read after it.
+func (w *Worker) readDeadlinesSoon() {
+	if w.deadlineReads.Add(1) > 1 {
+		return // the read under way reads again
+	}
+	if !w.background(w.readDeadlinesLoop) {
+		w.deadlineReads.Store(0)
+	}
+}
+
+// readDeadlinesLoop reads every record until a read succeeds with no
+// request made meanwhile, retrying failures with backoff, until shutdown.
+func (w *Worker) readDeadlinesLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-w.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	b := retry.Backoff(250*time.Millisecond, 30*time.Second)
+	for {
+		n := w.deadlineReads.Load()
+		read, kept, err := w.readDeadlines(ctx)
+		switch {
+		case ctx.Err() != nil:
+			w.deadlineReads.Store(0)
+			return
+		case err != nil && w.nc.IsClosed():
+			w.deadlineReads.Store(0)
+			return
+		case err != nil:
+			wait := b.NextBackOff()
+			w.log.Warn().Err(err).Dur("retry_in", wait).Msg("read the run state records for their deadlines")
+			if !retry.Sleep(ctx, wait) {
+				w.deadlineReads.Store(0)
+				return
+			}
+			continue
+		}
+		w.log.Info().Int("records", read).Int("deadlines", kept).Msg("read the run state records: the deadlines of unfinished runs are enforced")
+		b.Reset()
+		if w.deadlineReads.CompareAndSwap(n, 0) {
+			return
+		}
+	}
+}
+
+// readDeadlines reads the last write of every record stored when it
+// starts, readBatch at a time, into the deadlines; it returns how many
+// records it read and how many deadlines the worker holds after it.
+func (w *Worker) readDeadlines(ctx context.Context) (read, kept int, err error) {
+	stream := "KV_" + w.names.Bucket()
+	s, err := w.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	last := s.CachedInfo().State.LastSeq
+	if s.CachedInfo().State.Msgs == 0 {
+		return 0, w.deadlines.len(), nil
+	}
+	w.deadlines.beginRead()
+	defer w.deadlines.endRead()
+	c, err := w.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"$KV." + w.names.Bucket() + ".>"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		// Gone soon after the read: one is left behind by every read.
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	for ctx.Err() == nil {
+		// Take what is there, without leaving a pull request waiting
+		// behind: an empty batch means every record was read.
+		batch, err := c.FetchNoWait(readBatch)
+		if err != nil {
+			return read, 0, err
+		}
+		got, done := 0, false
+		for m := range batch.Messages() {
+			got++
+			runID := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
+			w.deadlines.read(runID, dueOf(m.Headers(), m.Data()))
+			read++
+			if meta, err := m.Metadata(); err == nil && (meta.Sequence.Stream >= last || meta.NumPending == 0) {
+				done = true // the records written since are heard
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return read, 0, err
+		}
+		if done || got == 0 {
+			return read, w.deadlines.len(), nil
+		}
+	}
+	return read, 0, context.Cause(ctx)
 }
 
 // enforceDeadline records a timeout cancel for a run whose deadline has

@@ -69,8 +69,10 @@ type Worker struct {
 	// upstream for an owner that did not answer: one call per run at a time.
 	cancelling runSet
 	// deadlines are those of the unfinished runs whose records this worker
-	// has seen written (deadlines.go).
-	deadlines deadlines
+	// has seen written or read (deadlines.go); deadlineReads counts the
+	// reads of every record asked for and not yet made.
+	deadlines     deadlines
+	deadlineReads atomic.Int32
 
 	mu               sync.Mutex
 	runs             map[string]*run // runs this worker owns, by run id
@@ -175,7 +177,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.ackWait = res.Consumer.CachedInfo().Config.AckWait
 
 	connStop := make(chan struct{})
-	w.conn = watchConn(w.nc, connStop, func() { w.background(w.recheckCancels) })
+	w.conn = watchConn(w.nc, connStop, func() {
+		w.background(w.recheckCancels)
+		w.readDeadlinesSoon() // writes made while disconnected were not heard
+	})
 	defer close(connStop)
 
 	stopCancels, err := w.subscribeCancels(ctx)
@@ -193,6 +198,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("consumer: follow the run state records: %w", err)
 	}
 	defer stopDeadlines()
+	w.readDeadlinesSoon() // records not written again are not heard
 
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
 	var leaseWG sync.WaitGroup

@@ -252,13 +252,20 @@ func TestClientWritableStreamsBounded(t *testing.T) {
 	for name, cfg := range map[string]jetstream.StreamConfig{
 		"runs":    events.RunsStreamConfig(events.Names{}, events.ProvisionConfig{}),
 		"cancels": events.CancelsStreamConfig(events.Names{}, events.ProvisionConfig{}),
+		"inputs":  events.InputsStreamConfig(events.Names{}, events.ProvisionConfig{}),
 	} {
 		if cfg.MaxMsgs <= 0 || cfg.Discard != jetstream.DiscardNew {
 			t.Errorf("%s stream: max_msgs %d discard %v, want a limit with discard new", name, cfg.MaxMsgs, cfg.Discard)
 		}
 	}
-	if err := (events.ProvisionConfig{RunsMaxMsgs: -2}).WithDefaults().Validate(); !errors.Is(err, events.ErrInvalidProvisionConfig) {
-		t.Errorf("RunsMaxMsgs -2: %v, want ErrInvalidProvisionConfig", err)
+	for name, cfg := range map[string]events.ProvisionConfig{
+		"RunsMaxMsgs -2":    {RunsMaxMsgs: -2},
+		"InputsMaxMsgs -2":  {InputsMaxMsgs: -2},
+		"InputsMaxBytes -2": {InputsMaxBytes: -2},
+	} {
+		if err := cfg.WithDefaults().Validate(); !errors.Is(err, events.ErrInvalidProvisionConfig) {
+			t.Errorf("%s: %v, want ErrInvalidProvisionConfig", name, err)
+		}
 	}
 
 	_, nc := natsembed.RunTest(t)

@@ -31,9 +31,11 @@ var (
 	// Foundry refuses with 400 invalid_payload "Not allowed when agent is
 	// specified.".
 	ErrAgentConflict = errors.New("field not allowed with an agent")
-	// ErrMCPApproval: an MCP tool whose require_approval is not "never". Foundry
-	// would stop the run at an mcp_approval_request that foundryq cannot answer.
-	ErrMCPApproval = errors.New("mcp tool needs require_approval \"never\"")
+	// ErrMCPApproval: an MCP tool whose require_approval is none of the
+	// documented forms: "always", "never", or a filter object {"always"?,
+	// "never"?: {"tool_names"?, "read_only"?}}. (Every form is accepted: a
+	// call that needs approval pauses the run until its caller answers.)
+	ErrMCPApproval = errors.New("bad require_approval")
 )
 
 // ValidationError says which field of a request is wrong and why. Err is

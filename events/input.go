@@ -60,6 +60,7 @@ const (
 	InputUnknownID       = "unknown_id"       // the run does not wait for this id (or there is no such run)
 	InputRunFinished     = "run_finished"     // the run has ended (for example it was cancelled while waiting)
 	InputInvalid         = "invalid"          // the answer is malformed or too large; nothing changed
+	InputStoreFull       = "store_full"       // the answers store (FOUNDRYQ_INPUTS, or the account's storage) is full; nothing changed, answer again later
 )
 
 // Limits of an answer.
@@ -149,6 +150,12 @@ type Step struct {
 // running, or none replied in time); nothing may have been recorded.
 var ErrAnswerUndelivered = errors.New("answer not delivered")
 
+// ErrInputsFull: the worker could not store the answer, the answers
+// stream (ProvisionConfig.InputsMaxMsgs / InputsMaxBytes) or the account's
+// storage being full (reply InputStoreFull); nothing changed. Answer
+// again once answered or ended runs have made room.
+var ErrInputsFull = errors.New("the answers store is full")
+
 // Answer gives the answer a to the item a.ID that run runID waits for, as a
 // request on <prefix>.input.<run_id> that a worker answers. A request no
 // worker answered in time is sent again (answers are idempotent: a repeat
@@ -180,8 +187,11 @@ func (c *Client) Answer(ctx context.Context, runID string, a InputAnswer) (Input
 			if err := json.Unmarshal(msg.Data, &reply); err != nil || reply.Result == "" {
 				return InputReply{}, fmt.Errorf("events: answer run %s: malformed reply %q", runID, msg.Data)
 			}
-			if reply.Result == InputInvalid {
+			switch reply.Result {
+			case InputInvalid:
 				return reply, fmt.Errorf("events: answer run %s: %w: %s", runID, ErrBadAnswer, reply.Error)
+			case InputStoreFull:
+				return reply, fmt.Errorf("events: answer run %s: %w: %s", runID, ErrInputsFull, reply.Error)
 			}
 			return reply, nil
 		case errors.Is(err, nats.ErrNoResponders):

@@ -261,3 +261,11 @@ func TestRuleMessagesSayWhy(t *testing.T) {
 		}
 	}
 }
+
+// ErrMCPApproval names the rule it now checks (one of the documented forms
+// of require_approval), not the old one (only "never" accepted).
+func TestMCPApprovalSentinelNamesTheRule(t *testing.T) {
+	if got := events.ErrMCPApproval.Error(); got != "bad require_approval" {
+		t.Fatalf("ErrMCPApproval says %q, want %q", got, "bad require_approval")
+	}
+}

@@ -75,11 +75,16 @@ type ProvisionConfig struct {
 	// 1,000,000 and 0 (see RunsMaxBytes).
 	CancelsMaxMsgs  int64
 	CancelsMaxBytes int64
-	// InputsMaxBytes bounds the stream of answers to runs that ask (and of
-	// the requests of waiting runs): at the limit new answers are refused
-	// (the caller gets an error reply and may try again); nothing stored
-	// is lost. JetStream reserves it from the account's storage. Default
-	// -1: no bound but the account's.
+	// InputsMaxMsgs and InputsMaxBytes bound the stream of answers to runs
+	// that ask (and of the requests of waiting runs), which workers write
+	// for clients: past either a new answer is refused (the caller's reply
+	// is store_full, events.ErrInputsFull) and nothing stored is lost; a
+	// run that cannot keep its request to pause is retried later. Defaults
+	// 1,000,000 and -1: no byte limit of the stream's own, because
+	// JetStream reserves a stream's max_bytes in the account's and the
+	// server's store when the stream is created (see RunsMaxBytes); each
+	// answer is at most 260 KiB (events.MaxInputOutputLen and the rest).
+	InputsMaxMsgs  int64
 	InputsMaxBytes int64
 }
 
@@ -99,6 +104,7 @@ const (
 const (
 	DefaultRunsMaxMsgs    = 1_000_000
 	DefaultCancelsMaxMsgs = 1_000_000
+	DefaultInputsMaxMsgs  = 1_000_000
 )
 
 // Defaults of the events stream's consumer limits.
@@ -152,6 +158,9 @@ func (c ProvisionConfig) WithDefaults() ProvisionConfig {
 	if c.CancelsMaxMsgs == 0 {
 		c.CancelsMaxMsgs = DefaultCancelsMaxMsgs
 	}
+	if c.InputsMaxMsgs == 0 {
+		c.InputsMaxMsgs = DefaultInputsMaxMsgs
+	}
 	return c
 }
 
@@ -201,6 +210,8 @@ func (c ProvisionConfig) check() error {
 		return fmt.Errorf("consumer: provision: RunsMaxMsgs %d, CancelsMaxMsgs %d: each must be -1 (no limit) or positive", c.RunsMaxMsgs, c.CancelsMaxMsgs)
 	case c.RunsMaxBytes < 0, c.CancelsMaxBytes < 0:
 		return fmt.Errorf("consumer: provision: RunsMaxBytes %d, CancelsMaxBytes %d: each must be 0 (no limit of the stream's own) or positive", c.RunsMaxBytes, c.CancelsMaxBytes)
+	case c.InputsMaxMsgs < -1, c.InputsMaxBytes < -1:
+		return fmt.Errorf("consumer: provision: InputsMaxMsgs %d, InputsMaxBytes %d: each must be -1 (no limit of the stream's own) or positive", c.InputsMaxMsgs, c.InputsMaxBytes)
 	}
 	return nil
 }
@@ -281,7 +292,7 @@ func CancelsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 func InputsStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	c := recordsStreamConfig(n.InputsStream(), "foundryq answers to runs that ask, one per item, and the requests of waiting runs", n.InputRecordsWildcard(), cfg)
-	c.MaxBytes = cfg.InputsMaxBytes
+	c.MaxBytes, c.MaxMsgs = cfg.InputsMaxBytes, cfg.InputsMaxMsgs
 	return c
 }
 

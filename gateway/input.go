@@ -11,7 +11,8 @@ import (
 // to what a waiting run asks, passed to the workers as the NATS API does.
 // 200 with the reply for accepted and already_answered; 404 when the run
 // does not wait for the id; 409 when it has ended; 400 for a malformed
-// answer; 503 when no worker answered.
+// answer; 503 when no worker answered, or the answer could not be stored
+// (the answers stream full: with Retry-After).
 func (g *Gateway) answerRun(w http.ResponseWriter, r *http.Request) {
 	t := tenantOf(r)
 	id, err := runIDParam(r)
@@ -38,6 +39,9 @@ func (g *Gateway) answerRun(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, events.ErrBadAnswer):
 		e = apiErr(http.StatusBadRequest, CodeInvalidRequest, "%s", reply.Error)
+	case errors.Is(err, events.ErrInputsFull):
+		w.Header().Set("Retry-After", "5")
+		e = apiErr(http.StatusServiceUnavailable, CodeUnavailable, "%s", reply.Error)
 	case errors.Is(err, events.ErrAnswerUndelivered):
 		e = apiErr(http.StatusServiceUnavailable, CodeUnavailable, "answer run %s: %v; send it again", id, err)
 	case err != nil:

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +87,34 @@ func TestCreateWhenTheQueueIsFull(t *testing.T) {
 	r := g.do(t, "POST", "/v1/runs", runRequest(nil), "Content-Type", "application/json")
 	if ae := r.apiError(t); r.status != http.StatusServiceUnavailable || ae.Code != gateway.CodeUnavailable || r.header.Get("Retry-After") == "" {
 		t.Fatalf("create past a full queue: %d %s", r.status, r.body)
+	}
+}
+
+// An answer the workers cannot store, the inputs stream full, is a 503
+// with Retry-After saying so, not an internal error or a timeout.
+func TestAnswerWhenTheInputsStreamIsFull(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	// Room for the waiting run's kept request only (the worker provisions
+	// the stream so as it starts).
+	e.startWorker(consumer.Config{Provision: consumer.ProvisionConfig{InputsMaxMsgs: 1}})
+	g := e.gateway(gateway.Config{})
+	req := runRequest(map[string]string{"emu_tool_ms": "5", "emu_tokens": "3"})
+	req["tools"] = []any{map[string]any{"type": "function", "name": "get_weather"}}
+	cr := g.create(t, req)
+	var asked events.InputItem
+	testkit.Eventually(t, 30*time.Second, "the run to wait for an answer", func() bool {
+		st, _, err := e.client.State(t.Context(), cr.RunID)
+		if err != nil || st.Status != events.StatusWaiting {
+			return false
+		}
+		asked = st.Asked[0]
+		return true
+	})
+	r := g.do(t, "POST", "/v1/runs/"+cr.RunID+"/input", map[string]any{"id": asked.ID, "output": `{"temp":21}`}, "Content-Type", "application/json")
+	ae := r.apiError(t)
+	if r.status != http.StatusServiceUnavailable || ae.Code != gateway.CodeUnavailable || r.header.Get("Retry-After") == "" ||
+		!strings.Contains(ae.Message, "maximum messages exceeded") {
+		t.Fatalf("answer to a full inputs stream: %d %s (Retry-After %q)", r.status, r.body, r.header.Get("Retry-After"))
 	}
 }
