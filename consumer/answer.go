@@ -378,10 +378,10 @@ func (w *Worker) runSpan(ctx context.Context, runID string) trace.SpanContext {
 	return trace.SpanContextFromContext(tracing.Extract(context.Background(), job.Header))
 }
 
-// cancelNotTaken ends a run that no worker has taken: the record says
-// cancelled first (a worker that pulls the job now finds it finished), then
-// run.cancelled is published and the job deleted. Without a job or a record
-// the run is unknown.
+// cancelNotTaken ends a run that no worker has taken (endJobless): the
+// record says cancelled first (a worker that pulls the job now finds it
+// finished), then run.cancelled is published and the job deleted. Without
+// a job or a record the run is unknown.
 func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.CancelRequest, id string, exists bool) (events.CancelReply, error) {
 	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -409,8 +409,20 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	rec := events.CancelRecord{Reason: events.ReasonRequested, Note: req.Reason, At: now, ID: id}
 	end := events.RunEvent{RunID: runID, Seq: pos.Seq + 1, Type: events.TypeRunCancelled, Time: now,
 		Reason: events.ReasonRequested, Usage: &events.Usage{}}
-	st, err := w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
-		return cancelQueued(s, exists, w.cfg.WorkerID, digest, rec, waitingEnd(s, end), now)
+	var submitted time.Time
+	if job != nil {
+		submitted = job.Time
+	}
+	st, err := w.endJobless(ctx, joblessEnding{
+		runID: runID, pos: pos, submitted: submitted,
+		// The record says cancelled even if the event cannot be published:
+		// the worker that pulls the job publishes the event from it.
+		what: "run.cancelled of a queued run",
+		record: func() (events.RunState, error) {
+			return w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
+				return cancelQueued(s, exists, w.cfg.WorkerID, digest, rec, waitingEnd(s, end), now)
+			})
+		},
 	})
 	switch {
 	case errors.Is(err, errClaimed):
@@ -420,25 +432,15 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	case err != nil:
 		return w.notTakenUnrecorded(runID, "record the cancel", err), nil
 	}
-	end = *st.End
-	if err := w.publishEnd(ctx, runID, pos, end, w.log.With().Str("run_id", runID).Logger()); err != nil {
-		// The record says cancelled; the worker that pulls the job
-		// publishes the event from it.
-		w.log.Warn().Err(err).Str("run_id", runID).Msg("publish run.cancelled of a queued run")
-	}
 	if job != nil {
+		// The job is deleted, not settled: no worker fetched it.
 		if err := w.res.Runs.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			// A worker that pulls it finds the run finished and acks it.
 			w.log.Warn().Err(err).Str("run_id", runID).Msg("delete the cancelled job")
 		}
 	}
 	w.m.runsCancelled.WithLabelValues(events.ReasonRequested).Inc()
-	var submitted time.Time
-	if job != nil {
-		submitted = job.Time
-	}
-	w.m.runEnded(end, submitted)
-	return events.CancelReply{RunID: runID, Result: events.CancelCancelled, UpstreamStatus: end.UpstreamStatus}, nil
+	return events.CancelReply{RunID: runID, Result: events.CancelCancelled, UpstreamStatus: st.End.UpstreamStatus}, nil
 }
 
 // notTakenUnrecorded answers a cancel of a run no worker has taken when

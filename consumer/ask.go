@@ -385,8 +385,9 @@ func waitingEnd(s *events.RunState, end events.RunEvent) events.RunEvent {
 }
 
 // endWaiting ends a waiting run whose deadline (run.cancelled, reason
-// timeout) or input deadline (run.failed input_timeout) has passed; a run
-// whose deadlines have not passed, or that no longer waits, is left alone.
+// timeout) or input deadline (run.failed input_timeout) has passed
+// (endJobless: its job was acked when it paused); a run whose deadlines
+// have not passed, or that no longer waits, is left alone.
 func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunState) {
 	now := time.Now().UTC()
 	var rec *events.CancelRecord
@@ -408,8 +409,18 @@ func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunStat
 		return
 	}
 	end.Seq = pos.Seq + 1
-	st, err = w.states.Update(ctx, runID, func(s *events.RunState) error {
-		return endWaitingRun(s, w.cfg.WorkerID, rec, end, now)
+	st, err = w.endJobless(ctx, joblessEnding{
+		runID: runID, pos: pos,
+		what: "the end of a waiting run past its deadline",
+		record: func() (events.RunState, error) {
+			st, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
+				return endWaitingRun(s, w.cfg.WorkerID, rec, end, now)
+			})
+			if err == nil {
+				w.m.deadlinesEnforced.Inc()
+			}
+			return st, err
+		},
 	})
 	if err != nil {
 		if !isDecision(err) {
@@ -417,10 +428,5 @@ func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunStat
 		}
 		return
 	}
-	w.m.deadlinesEnforced.Inc()
-	if err := w.publishEnd(ctx, runID, pos, *st.End, w.log.With().Str("run_id", runID).Logger()); err != nil {
-		w.log.Warn().Err(err).Str("run_id", runID).Msg("publish the end of a waiting run past its deadline")
-	}
-	w.m.runEnded(*st.End, time.Time{})
 	w.log.Info().Str("run_id", runID).Str("type", string(st.End.Type)).Msg("waiting run ended: its deadline passed")
 }

@@ -3,8 +3,8 @@
 // background + streaming mode, relays every upstream event to the run's
 // subject on FOUNDRYQ_EVENTS, and answers cancel requests.
 //
-// The properties it keeps (README.md, "Guarantees", says what they promise
-// and what is outside them):
+// The properties it keeps (docs/guarantees.md says what they promise and
+// what is outside them):
 //
 //   - A worker never pulls more jobs than it can start (Config.Concurrency),
 //     and keeps each job's lease alive with InProgress while the run lives.
@@ -14,6 +14,16 @@
 //     sequence, so a zombie owner can never interleave with a new one.
 //   - Every run that a worker took ends with exactly one terminal event, and
 //     the job is acked only after that event is stored.
+//   - Every end of a run whose job the worker holds is one ending handed to
+//     run.end (run.go), and run.settle is the only code that acks, naks or
+//     terms a job. Two ends hold no job and go through endJobless
+//     (endings.go) instead, which records the end, then publishes it: a
+//     run no worker has taken, cancelled (its job waits unfetched in the
+//     queue and is deleted), and a waiting run past a deadline (its job was
+//     acked when it paused). A worker that takes a job of a run whose record
+//     holds an end or a pause its events lack (the previous owner stopped
+//     between the two writes) publishes it from the record (ending.repair)
+//     before it acks the job. settle_source_test.go keeps these lists true.
 //   - A cancel (from the cancel subject, a deadline or abandoned watchers)
 //     calls Foundry's server-side cancel, confirms the upstream status and
 //     ends the run as run.cancelled with usage (or usage_unknown).

@@ -59,6 +59,64 @@ func (r *run) logEnd(ev events.RunEvent, upstreamStatus string) {
 	}
 }
 
+// Ends without the job. Two ways end a run whose job no worker holds, so
+// that there is no job to settle:
+//
+//   - a run no worker has taken, cancelled (cancelNotTaken, answer.go): its
+//     job waits in the queue, unfetched, and is deleted once the end is
+//     recorded and published (a worker that fetches it meanwhile finds the
+//     run finished and acks it);
+//   - a waiting run past its deadline or its input deadline (endWaiting,
+//     ask.go): its job was acked when the run paused.
+//
+// Both hand one joblessEnding to endJobless. Every other end is a run's
+// ending handed to run.end, which settles the job (run.settle, the one
+// place that acks, naks or terms one). lifecycle_doc_test.go checks both.
+
+// joblessEnding is the end of a run whose job no worker holds.
+type joblessEnding struct {
+	runID string
+	pos   position // the run's last stored event: the terminal event follows it
+	// record writes the end into the run's record (a lifecycle
+	// transition whose End is the terminal event); its error ends nothing.
+	record    func() (events.RunState, error)
+	what      string    // the terminal event, for the log if it cannot be published
+	submitted time.Time // when the run was submitted, if known
+}
+
+// endJobless ends a run whose job no worker holds: the end is recorded,
+// then the terminal event the record holds is published and the end
+// counted. It returns the record, or the error of the record's write.
+func (w *Worker) endJobless(ctx context.Context, e joblessEnding) (events.RunState, error) {
+	st, err := e.record()
+	if err != nil {
+		return st, err
+	}
+	if err := w.publishEnd(ctx, e.runID, e.pos, *st.End, w.log.With().Str("run_id", e.runID).Logger()); err != nil {
+		w.log.Warn().Err(err).Str("run_id", e.runID).Msg("publish " + e.what)
+	}
+	w.m.runEnded(*st.End, e.submitted)
+	return st, nil
+}
+
+// recorded is what a run's record holds and its events may lack: the
+// worker that ended or paused the run stopped between the two writes.
+type recorded struct {
+	st     events.RunState
+	pos    position // the run's last stored event
+	paused bool     // the run waits (input.required), else it has ended
+}
+
+// repair publishes what the record holds and the events lack (run.end
+// does, before it settles the job).
+func (r *run) repair(rec recorded) {
+	if rec.paused {
+		r.repairPause(rec.st, rec.pos)
+		return
+	}
+	r.repairEnd(rec.st, rec.pos)
+}
+
 // repairEnd publishes the terminal event a finished record names when the
 // events subject does not have it yet (the worker that ended the run failed
 // between the two writes).

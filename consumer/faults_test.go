@@ -523,11 +523,7 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 		t.Fatalf("worker gave up while NATS was down: %v", err)
 	case <-time.After(7 * time.Second):
 	}
-	ns, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natsembed.StartT(t, natsembed.Config{Port: port, StoreDir: t.TempDir()})
 	cnc, err := ns.Connect()
 	if err != nil {
 		t.Fatal(err)

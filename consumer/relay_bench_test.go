@@ -32,11 +32,7 @@ func BenchmarkRelayMerge(b *testing.B) {
 // waiting for the ack, on an embedded NATS server with file storage (as
 // in production, without the network).
 func BenchmarkRelayPublish(b *testing.B) {
-	ns, err := natsembed.Start(natsembed.Config{InProcess: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natsembed.StartT(b, natsembed.Config{InProcess: true})
 	nc, err := ns.Connect()
 	if err != nil {
 		b.Fatal(err)

@@ -85,14 +85,12 @@ func (r *run) execute() {
 	switch {
 	case errors.Is(err, errStillWaiting):
 		r.logger().Info().Msg("the run waits for answers; its job is done until they are in")
-		r.repairPause(st, pos)
-		r.end(ending{job: ack})
+		r.end(ending{repair: &recorded{st: st, pos: pos, paused: true}, job: ack})
 		r.w.wakeIfAnswered(r.hard, r.id)
 		return
 	case errors.Is(err, errFinished):
 		r.logger().Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
-		r.repairEnd(st, pos)
-		r.end(ending{job: ack})
+		r.end(ending{repair: &recorded{st: st, pos: pos}, job: ack})
 		return
 	case errors.Is(err, errReused):
 		r.endReused(st)
@@ -255,10 +253,11 @@ func (r *run) endAfterRead(out outcome) {
 }
 
 // How a run leaves this worker. Every path builds one ending and hands it
-// to end, which copies the request to the dead letters if asked, records
-// the run's end and publishes its terminal event, gives the run back in its
-// record, and settles the job: settle is the only place that acks, naks or
-// terms a job.
+// to end, which copies the request to the dead letters if asked, repairs
+// what a previous owner recorded but did not publish, records the run's end
+// and publishes its terminal event, gives the run back in its record, and
+// settles the job: settle is the only place that acks, naks or terms a job.
+// A run whose job no worker holds ends through endJobless (endings.go).
 
 // settlement is what becomes of the job.
 type settlement int
@@ -274,6 +273,10 @@ const (
 type ending struct {
 	// dead, when set, copies the request to the dead-letter stream first.
 	dead *deadNote
+	// repair, when set, publishes what the run's record holds and its
+	// events lack: the terminal event of a run that ended, input.required
+	// of a run that waits.
+	repair *recorded
 	// event, when set, is the run's terminal event: every queued event is
 	// stored, the end is recorded in the state bucket (finishRun, or
 	// record), then the event is stored with the seq the record names, and
@@ -300,6 +303,9 @@ type ending struct {
 func (r *run) end(e ending) {
 	if e.dead != nil {
 		r.w.deadLetter(r.hard, r.msg, r.id, e.dead.code, e.dead.message)
+	}
+	if e.repair != nil {
+		r.repair(*e.repair)
 	}
 	if e.event != nil {
 		ev, ok := r.storeEnd(e)

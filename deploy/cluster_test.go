@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // Bounds of the cluster test; every wait has one.
@@ -184,7 +185,7 @@ func startCluster(ctx context.Context, t *testing.T, dockerHost string, compose 
 		monitors = append(monitors, c.monitorURL(clusterNodes[i])+"/jsz?acc=FOUNDRYQ&consumers=true")
 	}
 	dumpOnFailure(t, append(monitors, c.emulatorURL+"/_emulator/stats")...)
-	waitHTTP(ctx, t, c.emulatorURL+"/_emulator/stats")
+	testkit.WaitHTTP(t, startTimeout, c.emulatorURL+"/_emulator/stats", http.StatusOK, "")
 
 	// A user application's settings: every node, and pings often enough to
 	// leave a node that was cut off within seconds.

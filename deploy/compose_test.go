@@ -16,16 +16,17 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // The development stack of docker-compose.yml, started and stopped by
-// deploy/up.sh as the README shows it.
+// deploy/up.sh as deploy/README.md shows it.
 
 const (
 	composeStartTimeout = buildTimeout + 3*time.Minute // up.sh: the image build, then compose up
 	composeStopTimeout  = 3 * time.Minute
 	// composeGatewayToken is the gateway's development token in
-	// docker-compose.yml (the README names it).
+	// docker-compose.yml (deploy/README.md names it).
 	composeGatewayToken = "foundryq-dev"
 )
 
@@ -35,12 +36,12 @@ var composePortVars = []string{
 	"FOUNDRYQ_COMPOSE_GATEWAY_PORT", "FOUNDRYQ_COMPOSE_WORKER_1_PORT", "FOUNDRYQ_COMPOSE_WORKER_2_PORT",
 }
 
-// TestComposeStack runs the README's command that starts the compose
-// stack (deploy/up.sh: it builds the images, then runs compose up), read
-// out of README.md, under a project name, an image tag and host ports of
-// its own. It waits for every service's health, follows a run submitted
+// TestComposeStack runs the command of deploy/README.md that starts the
+// compose stack (deploy/up.sh: it builds the images, then runs compose
+// up), read out of that page, under a project name, an image tag and host
+// ports of its own. It waits for every service's health, follows a run submitted
 // through NATS and one through the gateway's HTTP API to completion,
-// fetches the console, and stops the stack with the README's command. A
+// fetches the console, and stops the stack with the page's command. A
 // plain compose up of the file, without up.sh, must fail before creating
 // anything and name deploy/up.sh.
 func TestComposeStack(t *testing.T) {
@@ -56,23 +57,24 @@ func TestComposeStack(t *testing.T) {
 	s.stop(t, down)
 }
 
-// readmeComposeCommands returns the lines of the README's Docker Compose
-// section that start and stop the stack, as written there.
+// readmeComposeCommands returns the lines of deploy/README.md's Docker
+// Compose section that start and stop the stack, as written there (the
+// top-level README points to that section).
 func readmeComposeCommands(t *testing.T) (up, down string) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	raw, err := os.ReadFile(filepath.Join(deployDir(t), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(raw), "\n## Run it with Docker Compose\n")
 	if !ok {
-		t.Fatal("README.md has no section \"## Run it with Docker Compose\"")
+		t.Fatal("deploy/README.md has no section \"## Run it with Docker Compose\"")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	_, block, ok := strings.Cut(section, "```sh\n")
 	block, _, _ = strings.Cut(block, "```")
 	if !ok {
-		t.Fatal("README.md: the Docker Compose section has no sh block")
+		t.Fatal("deploy/README.md: the Docker Compose section has no sh block")
 	}
 	for _, line := range strings.Split(block, "\n") {
 		cmd, _, _ := strings.Cut(line, "#")
@@ -84,9 +86,19 @@ func readmeComposeCommands(t *testing.T) (up, down string) {
 		}
 	}
 	if up == "" || down == "" {
-		t.Fatalf("README.md: the Docker Compose section's sh block has no line \"deploy/up.sh\" (%q) or \"deploy/up.sh down\" (%q):\n%s", up, down, block)
+		t.Fatalf("deploy/README.md: the Docker Compose section's sh block has no line \"deploy/up.sh\" (%q) or \"deploy/up.sh down\" (%q):\n%s", up, down, block)
 	}
 	return up, down
+}
+
+// Without Docker: deploy/README.md shows the two commands TestComposeStack
+// runs, so that an edit of the page that it could not follow fails in go
+// test ./... too.
+func TestReadmeComposeCommands(t *testing.T) {
+	up, down := readmeComposeCommands(t)
+	if !strings.HasPrefix(up, "deploy/up.sh ") || !strings.HasPrefix(down, "deploy/up.sh down ") {
+		t.Fatalf("deploy/README.md: up %q, down %q", up, down)
+	}
 }
 
 func repoRoot(t *testing.T) string {
@@ -187,8 +199,6 @@ func (s *composeStack) start(t *testing.T, up string) {
 		t.Fatalf("%s: %v\n%s", up, err, out)
 	}
 	step(t, "%s took %s:\n%s", up, time.Since(start).Round(time.Second), out)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*startTimeout)
-	defer cancel()
 	for _, url := range []string{
 		s.monitorURL + "/healthz",
 		s.emulatorURL + "/_emulator/stats",
@@ -197,7 +207,7 @@ func (s *composeStack) start(t *testing.T, up string) {
 		s.gatewayURL + "/healthz",
 	} {
 		step(t, "wait for %s", url)
-		waitHTTP(ctx, t, url)
+		testkit.WaitHTTP(t, startTimeout, url, http.StatusOK, "")
 	}
 }
 

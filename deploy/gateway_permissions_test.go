@@ -62,6 +62,7 @@ func TestGatewayPermissions(t *testing.T) {
 		t.Fatalf("the gateway did not start (refusals: %v)", gwUser.recorded())
 	}
 	base := "http://" + gw.Addr()
+	hc := &http.Client{Timeout: 90 * time.Second} // each request, its body read
 
 	var mu sync.Mutex
 	var callbacks []string
@@ -78,11 +79,11 @@ func TestGatewayPermissions(t *testing.T) {
 
 	t.Run("gateway: submit with a callback, and a queued run's state", func(t *testing.T) {
 		body := `{"run_id":"gw-queued","model":"m","input":"hi","metadata":{"emu_tokens":"3"},"callback_url":"` + receiver.URL + `/hook"}`
-		if code, out := httpDo(t, http.MethodPost, base+"/v1/runs", body); code/100 != 2 {
+		if code, out := testkit.Fetch(t, t.Context(), hc, http.MethodPost, base+"/v1/runs", body); code/100 != 2 {
 			t.Fatalf("POST /v1/runs: %d %s", code, out)
 		}
 		// No worker yet: the request waits in the runs stream.
-		code, out := httpDo(t, http.MethodGet, base+"/v1/runs/gw-queued", "")
+		code, out := testkit.Fetch(t, t.Context(), hc, http.MethodGet, base+"/v1/runs/gw-queued", nil)
 		var st events.RunState
 		if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil || st.Status != events.StatusQueued || st.CreatedAt.IsZero() {
 			t.Fatalf("GET a queued run: %d %s (%v); want status queued with the request's time", code, out, err)
@@ -92,7 +93,7 @@ func TestGatewayPermissions(t *testing.T) {
 
 	t.Run("gateway: follow a run's events to its end", func(t *testing.T) {
 		// With watcher heartbeats (foundryq.watch.<id>) while it follows.
-		code, out := httpDo(t, http.MethodGet, base+"/v1/runs/gw-queued/events?cancel_on_disconnect=1", "")
+		code, out := testkit.Fetch(t, t.Context(), hc, http.MethodGet, base+"/v1/runs/gw-queued/events?cancel_on_disconnect=1", nil)
 		if code != http.StatusOK || !strings.Contains(out, "event: "+string(events.TypeRunCompleted)) {
 			t.Fatalf("GET events: %d %s", code, out)
 		}
@@ -106,7 +107,7 @@ func TestGatewayPermissions(t *testing.T) {
 	})
 	t.Run("gateway: dead-letter a callback its receiver refuses", func(t *testing.T) {
 		body := `{"run_id":"gw-dead","model":"m","input":"hi","metadata":{"emu_tokens":"2"},"callback_url":"` + receiver.URL + `/refuse"}`
-		if code, out := httpDo(t, http.MethodPost, base+"/v1/runs", body); code/100 != 2 {
+		if code, out := testkit.Fetch(t, t.Context(), hc, http.MethodPost, base+"/v1/runs", body); code/100 != 2 {
 			t.Fatalf("POST /v1/runs: %d %s", code, out)
 		}
 		cn, err := gateway.NewCallbackNames("")
@@ -130,24 +131,24 @@ func TestGatewayPermissions(t *testing.T) {
 		})
 	})
 	t.Run("gateway: list the runs", func(t *testing.T) {
-		if code, out := httpDo(t, http.MethodGet, base+"/v1/runs", ""); code != http.StatusOK || !strings.Contains(out, "gw-queued") {
+		if code, out := testkit.Fetch(t, t.Context(), hc, http.MethodGet, base+"/v1/runs", nil); code != http.StatusOK || !strings.Contains(out, "gw-queued") {
 			t.Fatalf("GET /v1/runs: %d %s", code, out)
 		}
 	})
 	t.Run("gateway: cancel a running run", func(t *testing.T) {
 		body := `{"run_id":"gw-cancel","model":"m","input":"hi","metadata":{"emu_tokens":"100000","emu_token_ms":"20"}}`
-		if code, out := httpDo(t, http.MethodPost, base+"/v1/runs", body); code/100 != 2 {
+		if code, out := testkit.Fetch(t, t.Context(), hc, http.MethodPost, base+"/v1/runs", body); code/100 != 2 {
 			t.Fatalf("POST /v1/runs: %d %s", code, out)
 		}
 		testkit.Eventually(t, 60*time.Second, "gw-cancel running", func() bool {
-			_, out := httpDo(t, http.MethodGet, base+"/v1/runs/gw-cancel", "")
+			_, out := testkit.Fetch(t, t.Context(), hc, http.MethodGet, base+"/v1/runs/gw-cancel", nil)
 			return strings.Contains(out, `"status":"running"`)
 		})
-		code, out := httpDo(t, http.MethodPost, base+"/v1/runs/gw-cancel/cancel", `{"reason":"perm"}`)
+		code, out := testkit.Fetch(t, t.Context(), hc, http.MethodPost, base+"/v1/runs/gw-cancel/cancel", `{"reason":"perm"}`)
 		if code != http.StatusOK || !strings.Contains(out, `"cancel`) {
 			t.Fatalf("POST cancel: %d %s", code, out)
 		}
-		if code, out := httpDo(t, http.MethodGet, base+"/v1/runs/gw-cancel/events", ""); code != http.StatusOK || !strings.Contains(out, "event: "+string(events.TypeRunCancelled)) {
+		if code, out := testkit.Fetch(t, t.Context(), hc, http.MethodGet, base+"/v1/runs/gw-cancel/events", nil); code != http.StatusOK || !strings.Contains(out, "event: "+string(events.TypeRunCancelled)) {
 			t.Fatalf("GET events of the cancelled run: %d %s", code, out)
 		}
 	})
@@ -172,33 +173,4 @@ func TestGatewayPermissions(t *testing.T) {
 		x.subDenied(t, names.NoticeWildcard())
 		x.subDenied(t, "_INBOX.worker.>")
 	})
-}
-
-// httpDo sends one request (a JSON body if body is not empty) and returns
-// the status and the whole response body.
-func httpDo(t *testing.T, method, url, body string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", method, url, err)
-	}
-	return resp.StatusCode, string(b)
 }

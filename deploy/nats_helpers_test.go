@@ -45,12 +45,7 @@ func startConfigFile(t *testing.T, path string, env map[string]string) *natsembe
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	s, err := natsembed.Start(natsembed.Config{ConfigFile: path, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("start nats-server from %s: %v", path, err)
-	}
-	t.Cleanup(s.Shutdown)
-	return s
+	return natsembed.StartT(t, natsembed.Config{ConfigFile: path, StoreDir: t.TempDir()})
 }
 
 // natsUser is a connection whose asynchronous errors (permission

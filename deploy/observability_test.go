@@ -170,15 +170,7 @@ func scrapeWorker(t *testing.T) map[string]bool {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s, err := devstack.Start(ctx, devstack.Config{Workers: 1, Worker: consumer.Config{Registerer: reg}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
-	}()
+	s := devstack.StartT(t, devstack.Config{Workers: 1, Worker: consumer.Config{Registerer: reg}})
 	req := events.RunRequest{RunID: "metrics-1", Model: "gpt-test", Input: json.RawMessage(`"hello"`)}
 	if _, err := s.Client.Submit(ctx, req); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ var pages = []string{"README.md", "CONTRIBUTING.md", "deploy/README.md"}
 
 // maxReadmeLines bounds README.md: a newcomer reads it in five minutes; the
 // rest belongs in docs/.
-const maxReadmeLines = 330 // 300, the Docker Compose section (issue 24), a tool service in Go (issue 23)
+const maxReadmeLines = 300
 
 func repoPages(t *testing.T, repo fs.FS) []string {
 	t.Helper()

@@ -158,11 +158,7 @@ func testCancelUnansweredReadsTheRecord(t *testing.T) {
 // writes.
 func fullStore(t *testing.T) (*nats.Conn, events.Names, consumer.Resources) {
 	t.Helper()
-	s, err := natsembed.Start(natsembed.Config{InProcess: true, MaxStore: 2 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
+	s := natsembed.StartT(t, natsembed.Config{InProcess: true, MaxStore: 2 << 20})
 	nc, err := s.Connect()
 	if err != nil {
 		t.Fatal(err)

@@ -29,12 +29,7 @@ func inboxServer(t *testing.T) *natsembed.Server {
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := natsembed.Start(natsembed.Config{ConfigFile: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	return s
+	return natsembed.StartT(t, natsembed.Config{ConfigFile: file})
 }
 
 // withUser returns the server's URL with user information.

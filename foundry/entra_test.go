@@ -12,6 +12,7 @@ import (
 
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // authRecorder is an HTTP transport that records the bearer token of every request.
@@ -146,7 +147,7 @@ func TestEntraTokenExpiresDuringRun(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode
 	}
-	waitUntil(t, "the first token to expire", func() bool { return probe() == http.StatusUnauthorized })
+	testkit.Eventually(t, 20*time.Second, "the first token to expire", func() bool { return probe() == http.StatusUnauthorized })
 
 	r, err := c.Resume(ctx, id, seq)
 	if err != nil {

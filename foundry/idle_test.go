@@ -11,6 +11,7 @@ import (
 
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 func idleAfter(d time.Duration) func(*foundry.Config) {
@@ -52,7 +53,7 @@ func TestStreamIdleOnSilentResponse(t *testing.T) {
 	if text.String() != rec.Text || rec.Tokens != 3 {
 		t.Fatalf("text %q, record %+v", text.String(), rec)
 	}
-	waitUntil(t, "the emulator to see the stream go", func() bool { return srv.Stats().OpenStreams == 0 })
+	testkit.Eventually(t, 20*time.Second, "the emulator to see the stream go", func() bool { return srv.Stats().OpenStreams == 0 })
 
 	// A resumed stream of the silent response ends the same way.
 	seq, _ := s.LastSeq()

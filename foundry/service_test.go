@@ -18,18 +18,6 @@ import (
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 )
 
-// waitUntil polls cond until it holds or a generous deadline passes.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // drainAll reads s to its end and returns every event's type and the last
 // response snapshot.
 func drainAll(s *foundry.Stream) (types []string, text string, last *foundry.Response) {

@@ -41,7 +41,7 @@ func chromium(t *testing.T) string {
 // emulator generated no token after the cancel.
 //
 // FOUNDRYQ_UPDATE_SCREENSHOT=1 writes the page to testdata/console.png
-// (the picture in the README).
+// (the picture in docs/gateway.md).
 func TestConsoleInBrowser(t *testing.T) {
 	exe := chromium(t)
 	e := setup(t, 1)

@@ -131,11 +131,7 @@ func testCancelRunUnanswered(t *testing.T) {
 // it to, 503 saying so.
 func testCancelRunStoreFull(t *testing.T) {
 	t.Parallel()
-	ns, err := natsembed.Start(natsembed.Config{MaxStore: 2 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := natsembed.StartT(t, natsembed.Config{MaxStore: 2 << 20})
 	nc, err := ns.Connect()
 	if err != nil {
 		t.Fatal(err)

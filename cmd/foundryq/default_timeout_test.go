@@ -48,11 +48,7 @@ func TestWorkerDefaultTimeoutZeroIsNoDeadline(t *testing.T) {
 		})
 	}
 
-	ns, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natsembed.StartT(t, natsembed.Config{StoreDir: t.TempDir()})
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
 	defer emu.Close()
 	ctx, stop := context.WithCancel(context.Background())

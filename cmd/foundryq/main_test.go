@@ -162,7 +162,7 @@ func TestDevModeWithTheCLI(t *testing.T) {
 		t.Fatalf("dev's hint %q: code %d, stderr %q\n%s", hint, code, stderr, devOut.String())
 	}
 	// dev's /readyz: both workers ready.
-	waitHTTP(t, "http://127.0.0.1:"+strconv.Itoa(opsPort)+"/readyz", http.StatusOK, "ok")
+	testkit.WaitHTTP(t, time.Minute, "http://127.0.0.1:"+strconv.Itoa(opsPort)+"/readyz", http.StatusOK, "ok")
 
 	code, stdout, stderr := runCmd(t, cctx, "submit", "--nats-url", natsURL, "--model", "gpt-4o", "--input", "hello", "--run-id", "cli-1", "--watch")
 	if code != 0 || !strings.HasPrefix(stdout, "cli-1\n") || len(strings.TrimSpace(stdout)) < len("cli-1")+10 || !strings.Contains(stderr, "run completed") {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,45 +13,10 @@ import (
 	"github.com/foundryq/foundryq/internal/testkit"
 )
 
-// get returns the status and body of url, or 0 if it cannot be fetched.
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-// waitHTTP polls url until its status is code and its body contains want.
-func waitHTTP(t *testing.T, url string, code int, want string) string {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got, body := get(t, url)
-		if got == code && strings.Contains(body, want) {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %q, want %d with %q", url, got, body, code, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // A worker's /readyz: 200 once it has provisioned and pulls, 503 with a
 // one-line reason while NATS is down (/healthz too), 200 again after.
 func TestWorkerReadyz(t *testing.T) {
-	ns, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natsembed.StartT(t, natsembed.Config{StoreDir: t.TempDir()})
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
 	defer emu.Close()
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -76,15 +40,15 @@ func TestWorkerReadyz(t *testing.T) {
 		}
 	}()
 
-	waitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, "ok")
+	testkit.WaitHTTP(t, time.Minute, "http://"+addr+"/readyz", http.StatusOK, "ok")
 	ns.Stop()
-	body := waitHTTP(t, "http://"+addr+"/readyz", http.StatusServiceUnavailable, "not ready: nats: ")
+	body := testkit.WaitHTTP(t, time.Minute, "http://"+addr+"/readyz", http.StatusServiceUnavailable, "not ready: nats: ")
 	if strings.Count(strings.TrimSpace(body), "\n") != 0 {
 		t.Errorf("/readyz reason is not one line: %q", body)
 	}
-	waitHTTP(t, "http://"+addr+"/healthz", http.StatusServiceUnavailable, "nats: ")
+	testkit.WaitHTTP(t, time.Minute, "http://"+addr+"/healthz", http.StatusServiceUnavailable, "nats: ")
 	if err := ns.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, "ok")
+	testkit.WaitHTTP(t, time.Minute, "http://"+addr+"/readyz", http.StatusOK, "ok")
 }

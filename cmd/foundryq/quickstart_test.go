@@ -63,7 +63,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	if !strings.Contains(dev.stdout.String(), "nats://"+addr(0)) {
 		t.Fatalf("dev does not listen where its environment says:\n%s", dev.stdout.String())
 	}
-	waitHTTP(t, "http://"+addr(3)+"/readyz", http.StatusOK, "ok")
+	testkit.WaitHTTP(t, time.Minute, "http://"+addr(3)+"/readyz", http.StatusOK, "ok")
 
 	// The console, at the URL the README names (on its moved port).
 	consoleURL := strings.Replace(qs.consoleURL, "127.0.0.1:"+qs.ports["gateway and console"], portOf[qs.ports["gateway and console"]], 1) + "/"

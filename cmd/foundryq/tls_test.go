@@ -25,11 +25,7 @@ func TestTLSFlags(t *testing.T) {
 	t.Setenv("GATEWAY_PASSWORD", "gatewaypw4")
 	t.Setenv("TOOLS_PASSWORD", "toolspw4")
 	t.Setenv("JETSTREAM_KEY", "jskey4")
-	ns, err := natsembed.Start(natsembed.Config{ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natsembed.StartT(t, natsembed.Config{ConfigFile: conf})
 	hostPort := strings.TrimPrefix(ns.ClientURL(), "tls://")
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "tls-emu-key", DefaultTokenDelay: time.Millisecond})
 	defer emu.Close()
@@ -72,7 +68,7 @@ func TestTLSFlags(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The worker's readiness check needs no right beyond the worker role's.
-	waitHTTP(t, "http://"+opsAddr+"/readyz", http.StatusOK, "ok")
+	testkit.WaitHTTP(t, time.Minute, "http://"+opsAddr+"/readyz", http.StatusOK, "ok")
 	code, stdout, stderr := runCmd(t, cctx, append([]string{"submit", "--nats-url", clientURL, "--model", "m", "--input", "hi", "--run-id", "tls-1", "--watch"}, tlsArgs...)...)
 	if code != 0 || !strings.Contains(stderr, "run completed") {
 		t.Fatalf("submit --watch over TLS: %d\n%s\n%s", code, stdout, stderr)

@@ -22,11 +22,7 @@ func TestSubmitTraceparent(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := devstack.Start(ctx, devstack.Config{NATS: natsembed.Config{Port: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Close() }()
+	s := devstack.StartT(t, devstack.Config{NATS: natsembed.Config{Port: -1}})
 
 	code, stdout, stderr := runCmd(t, ctx, "submit", "--nats-url", s.NATS.ClientURL(), "--model", "gpt-4o", "--input", "hi", "--run-id", "traced-cli")
 	if code != 0 || strings.TrimSpace(stdout) != "traced-cli" {

@@ -17,11 +17,7 @@ import (
 // (503 "not ready: upstream: ... 401 ..."); --check-upstream=false skips
 // the check and the worker is ready.
 func TestWorkerChecksUpstream(t *testing.T) {
-	ns, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natsembed.StartT(t, natsembed.Config{StoreDir: t.TempDir()})
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
 	defer emu.Close()
 
@@ -33,7 +29,7 @@ func TestWorkerChecksUpstream(t *testing.T) {
 	}
 
 	addr, werr := startWorker()
-	body := waitHTTP(t, "http://"+addr+"/readyz", http.StatusServiceUnavailable, "not ready: upstream: ")
+	body := testkit.WaitHTTP(t, time.Minute, "http://"+addr+"/readyz", http.StatusServiceUnavailable, "not ready: upstream: ")
 	if !strings.Contains(body, "401") || strings.Count(strings.TrimSpace(body), "\n") != 0 {
 		t.Errorf("/readyz = %q, want the 401 on one line", body)
 	}
@@ -42,7 +38,7 @@ func TestWorkerChecksUpstream(t *testing.T) {
 	})
 
 	skip, _ := startWorker("--check-upstream=false")
-	waitHTTP(t, "http://"+skip+"/readyz", http.StatusOK, "ok")
+	testkit.WaitHTTP(t, time.Minute, "http://"+skip+"/readyz", http.StatusOK, "ok")
 }
 
 // dev checks its Foundry endpoint as worker does: a wrong key makes dev's
@@ -59,14 +55,14 @@ func TestDevChecksUpstream(t *testing.T) {
 			"--http-addr", addr, "--gateway-addr", "", "--log-level", "error"}, extra...)...)
 	}
 	addr, derr := startDev()
-	if body := waitHTTP(t, "http://"+addr+"/readyz", http.StatusServiceUnavailable, "not ready: upstream: "); !strings.Contains(body, "401") {
+	if body := testkit.WaitHTTP(t, time.Minute, "http://"+addr+"/readyz", http.StatusServiceUnavailable, "not ready: upstream: "); !strings.Contains(body, "401") {
 		t.Errorf("dev's /readyz = %q, want the 401", body)
 	}
 	testkit.Eventually(t, 30*time.Second, "the failed check logged", func() bool {
 		return strings.Contains(derr.String(), "Foundry endpoint check failed")
 	})
 	skip, _ := startDev("--check-upstream=false")
-	waitHTTP(t, "http://"+skip+"/readyz", http.StatusOK, "ok")
+	testkit.WaitHTTP(t, time.Minute, "http://"+skip+"/readyz", http.StatusOK, "ok")
 }
 
 // runUntilCleanup runs foundryq with args until the test ends, then

@@ -92,7 +92,7 @@ func (r Report) FailedTotal() int {
 	return n
 }
 
-// Table renders the report as the table the README shows.
+// Table renders the report as the table docs/guarantees.md shows.
 func (r Report) Table() string {
 	var b strings.Builder
 	row := func(k string, v any) { fmt.Fprintf(&b, "| %-60s | %v |\n", k, v) }

@@ -15,11 +15,7 @@ import (
 // recognise (the server's store used up; a discard-new stream at its
 // max_bytes) and one it must not (a subject's one message already there).
 func TestStoreFull(t *testing.T) {
-	srv, err := natsembed.Start(natsembed.Config{MaxStore: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := natsembed.StartT(t, natsembed.Config{MaxStore: 4 << 20})
 	nc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)

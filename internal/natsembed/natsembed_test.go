@@ -46,11 +46,7 @@ func TestStart(t *testing.T) {
 	t.Parallel()
 	t.Run("tcp", func(t *testing.T) {
 		t.Parallel()
-		s, err := natsembed.Start(natsembed.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Shutdown()
+		s := natsembed.StartT(t, natsembed.Config{})
 		if !strings.HasPrefix(s.ClientURL(), "nats://127.0.0.1:") {
 			t.Fatalf("ClientURL = %q", s.ClientURL())
 		}
@@ -58,11 +54,7 @@ func TestStart(t *testing.T) {
 	})
 	t.Run("in process", func(t *testing.T) {
 		t.Parallel()
-		s, err := natsembed.Start(natsembed.Config{InProcess: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Shutdown()
+		s := natsembed.StartT(t, natsembed.Config{InProcess: true})
 		if s.ClientURL() != "" {
 			t.Fatalf("ClientURL = %q, want empty", s.ClientURL())
 		}
@@ -95,17 +87,27 @@ func TestStart(t *testing.T) {
 	})
 	t.Run("port in use", func(t *testing.T) {
 		t.Parallel()
-		a, err := natsembed.Start(natsembed.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Shutdown()
+		a := natsembed.StartT(t, natsembed.Config{})
 		p := a.NATS().Addr().(*net.TCPAddr).Port
-		_, err = natsembed.Start(natsembed.Config{Port: p, ReadyTimeout: time.Second})
+		_, err := natsembed.Start(natsembed.Config{Port: p, ReadyTimeout: time.Second})
 		if err == nil {
 			t.Fatal("second server on the same port started")
 		}
 	})
+}
+
+// StartT's server serves until the test ends, and is shut down by its
+// cleanup.
+func TestStartT(t *testing.T) {
+	t.Parallel()
+	var s *natsembed.Server
+	t.Run("started", func(t *testing.T) {
+		s = natsembed.StartT(t, natsembed.Config{InProcess: true})
+		jsRoundTrip(t, s)
+	})
+	if s == nil || s.NATS().Running() {
+		t.Fatal("the server still runs after its test")
+	}
 }
 
 func TestRunTest(t *testing.T) {
@@ -132,11 +134,7 @@ accounts { A { jetstream: enabled, users: [ { user: u, password: p } ] } }
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := natsembed.Start(natsembed.Config{ConfigFile: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown()
+	s := natsembed.StartT(t, natsembed.Config{ConfigFile: file})
 	if p := s.NATS().Addr().(*net.TCPAddr).Port; p == 4222 {
 		t.Errorf("listening on the file's port 4222, want a random one")
 	}

@@ -22,13 +22,21 @@ func RunTestTCP(t testing.TB) (*Server, *nats.Conn) {
 	return runTest(t, Config{})
 }
 
-func runTest(t testing.TB, cfg Config) (*Server, *nats.Conn) {
+// StartT starts a server as Start does, fails the test if it cannot, and
+// shuts it down with t.Cleanup.
+func StartT(t testing.TB, cfg Config) *Server {
 	t.Helper()
 	s, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("natsembed: start server: %v", err)
 	}
 	t.Cleanup(s.Shutdown)
+	return s
+}
+
+func runTest(t testing.TB, cfg Config) (*Server, *nats.Conn) {
+	t.Helper()
+	s := StartT(t, cfg)
 	nc, err := s.Connect()
 	if err != nil {
 		t.Fatalf("natsembed: connect: %v", err)

@@ -1,8 +1,9 @@
 // Package testkit is what the tests of several packages share: Eventually
 // to wait for a condition, Buffer for output written by goroutines or
-// processes while a test reads it, Do to send an HTTP request with a JSON
-// body, and Fill and FillStore to fill a JetStream store. It imports nothing of the product, so that any test may use
-// it, and nothing outside tests does.
+// processes while a test reads it, Do and Fetch to send an HTTP request
+// with a JSON body, WaitHTTP to wait for an HTTP endpoint's answer, and
+// Fill and FillStore to fill a JetStream store. It imports nothing of the
+// product, so that any test may use it, and nothing outside tests does.
 package testkit
 
 import (
@@ -103,6 +104,62 @@ func Do(t testing.TB, ctx context.Context, c *http.Client, method, url string, b
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	return resp
+}
+
+// Fetch sends NewRequest's request with c and returns the response's
+// status and whole body; it fails the test if the request gets no
+// response or its body cannot be read.
+func Fetch(t testing.TB, ctx context.Context, c *http.Client, method, url string, body any, header ...string) (int, string) {
+	t.Helper()
+	resp := Do(t, ctx, c, method, url, body, header...)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read the body: %v", method, url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// WaitHTTP polls url with GET until it answers code with a body that
+// contains want, and returns that body; it fails the test, with the last
+// answer (or error), if that does not happen within limit. Each request
+// is bounded by 5s.
+func WaitHTTP(t testing.TB, limit time.Duration, url string, code int, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	pause := 5 * time.Millisecond
+	for {
+		got, body := tryGet(url, min(5*time.Second, max(time.Until(deadline), time.Millisecond)))
+		if got == code && strings.Contains(body, want) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %q after %s, want %d with %q", url, got, body, limit, code, want)
+			return body // for a t whose Fatalf returns
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// tryGet returns the status and body of url, or 0 and the error.
+func tryGet(url string, timeout time.Duration) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return resp.StatusCode, string(b)
 }
 
 // Fill publishes chunk-sized messages on subject (a stream must capture

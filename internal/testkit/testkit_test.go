@@ -74,3 +74,37 @@ func TestDo(t *testing.T) {
 		}
 	}
 }
+
+func TestFetch(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, "%s %s", r.Method, body)
+	}))
+	defer srv.Close()
+	code, body := Fetch(t, context.Background(), srv.Client(), "POST", srv.URL, `{"a":1}`)
+	if code != http.StatusAccepted || body != `POST {"a":1}` {
+		t.Fatalf("Fetch = %d %q", code, body)
+	}
+}
+
+func TestWaitHTTP(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) < 3 {
+			http.Error(w, "not ready: nats", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	}))
+	defer srv.Close()
+	if body := WaitHTTP(t, 10*time.Second, srv.URL, http.StatusOK, "ok"); body != "ok" || calls.Load() != 3 {
+		t.Fatalf("WaitHTTP = %q after %d calls", body, calls.Load())
+	}
+
+	f := &fatalTB{TB: t}
+	WaitHTTP(f, 50*time.Millisecond, srv.URL, http.StatusTeapot, "")
+	if want := fmt.Sprintf(`GET %s: 200 "ok" after 50ms, want 418 with ""`, srv.URL); f.msg != want {
+		t.Fatalf("Fatalf(%q), want %q", f.msg, want)
+	}
+}

@@ -1,6 +1,6 @@
 package bench
 
-// Targets of the benchmark (README, "Benchmarks").
+// Targets of the benchmark (docs/benchmarks.md).
 const (
 	// TargetRelayRatio: worker CPU per token at most this many times the
 	// bare reader's.

@@ -17,11 +17,7 @@ import (
 // test ends, and returns a bench whose system points at it.
 func startToolServer(t *testing.T) (*bench, *toolServer) {
 	t.Helper()
-	ns, err := natsembed.Start(natsembed.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := natsembed.StartT(t, natsembed.Config{})
 	srv, err := serveTool(ns.ClientURL(), "")
 	if err != nil {
 		t.Fatal(err)
