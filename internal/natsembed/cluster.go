@@ -207,11 +207,13 @@ func (c *Cluster) WaitReady(timeout time.Duration) error {
 func (c *Cluster) ready() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	leaders := 0
+	leaders, up := 0, 0
+	var leader *Server
 	for i, s := range c.nodes {
 		if !c.up[i] {
 			continue
 		}
+		up++
 		if !s.srv.Running() {
 			return fmt.Errorf("%s is not running", s.srv.Name())
 		}
@@ -220,10 +222,29 @@ func (c *Cluster) ready() error {
 		}
 		if s.srv.JetStreamIsLeader() {
 			leaders++
+			leader = s
 		}
 	}
 	if leaders != 1 {
 		return fmt.Errorf("%d JetStream meta leaders, want 1", leaders)
+	}
+	// Until the meta leader has heard from every other running node, it
+	// places no replicated stream on them ("no suitable peers for
+	// placement, peer offline").
+	info, err := leader.srv.Jsz(nil)
+	if err != nil {
+		return fmt.Errorf("%s: jsz: %w", leader.srv.Name(), err)
+	}
+	online := 0
+	if info.Meta != nil {
+		for _, p := range info.Meta.Replicas {
+			if p.Current && !p.Offline {
+				online++
+			}
+		}
+	}
+	if online < up-1 {
+		return fmt.Errorf("the meta leader %s sees %d of the %d other nodes online", leader.srv.Name(), online, up-1)
 	}
 	return nil
 }
