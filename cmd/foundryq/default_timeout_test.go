@@ -50,25 +50,9 @@ func TestWorkerDefaultTimeoutZeroIsNoDeadline(t *testing.T) {
 
 	ns := natsembed.StartT(t, natsembed.Config{StoreDir: t.TempDir()})
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
-	defer emu.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var wout, werr testkit.Buffer
-	go func() {
-		done <- run(ctx, []string{"worker", "--nats-url", ns.ClientURL(), "--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "k",
-			"--http-addr", "", "--log-level", "error", "--default-timeout", "0"}, &wout, &werr)
-	}()
-	defer func() {
-		stop()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("worker exited %d: %s", code, werr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("worker did not stop")
-		}
-	}()
+	t.Cleanup(emu.Close)
+	startCommand(t, "worker", "--nats-url", ns.ClientURL(), "--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "k",
+		"--http-addr", "", "--log-level", "error", "--default-timeout", "0")
 
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {

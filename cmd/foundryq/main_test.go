@@ -311,3 +311,26 @@ func httpGet(t *testing.T, ctx context.Context, url string) string {
 	}
 	return string(body)
 }
+
+// startCommand runs foundryq with args until the test ends, then stops it
+// (as a signal would) and fails the test unless it exited 0 within a
+// minute; it returns the command's stdout and stderr.
+func startCommand(t *testing.T, args ...string) (stdout, stderr *testkit.Buffer) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	stdout, stderr = new(testkit.Buffer), new(testkit.Buffer)
+	go func() { done <- run(ctx, args, stdout, stderr) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("foundryq %s exited %d: %s", args[0], code, stderr.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("foundryq %s did not stop", args[0])
+		}
+	})
+	return stdout, stderr
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,27 +17,11 @@ import (
 func TestWorkerReadyz(t *testing.T) {
 	ns := natsembed.StartT(t, natsembed.Config{StoreDir: t.TempDir()})
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
-	defer emu.Close()
+	t.Cleanup(emu.Close)
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var wout, werr testkit.Buffer
-	go func() {
-		done <- run(ctx, []string{"worker", "--nats-url", ns.ClientURL(), "--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "k",
-			"--http-addr", addr, "--log-level", "error"}, &wout, &werr)
-	}()
-	defer func() {
-		stop()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("worker exited %d: %s", code, werr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("worker did not stop")
-		}
-	}()
+	startCommand(t, "worker", "--nats-url", ns.ClientURL(), "--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "k",
+		"--http-addr", addr, "--log-level", "error")
 
 	testkit.WaitHTTP(t, time.Minute, "http://"+addr+"/readyz", http.StatusOK, "ok")
 	ns.Stop()

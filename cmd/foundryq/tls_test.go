@@ -28,29 +28,13 @@ func TestTLSFlags(t *testing.T) {
 	ns := natsembed.StartT(t, natsembed.Config{ConfigFile: conf})
 	hostPort := strings.TrimPrefix(ns.ClientURL(), "tls://")
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "tls-emu-key", DefaultTokenDelay: time.Millisecond})
-	defer emu.Close()
+	t.Cleanup(emu.Close)
 	tlsArgs := []string{"--nats-tls-ca", certs.CA, "--nats-tls-cert", certs.ClientCert, "--nats-tls-key", certs.ClientKey}
 
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var wout, werr testkit.Buffer
 	opsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	go func() {
-		args := append([]string{"worker", "--nats-url", "tls://" + hostPort, "--nats-user", "worker", "--nats-password", "workerpw4",
-			"--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "tls-emu-key", "--http-addr", opsAddr, "--log-level", "warn"}, tlsArgs...)
-		done <- run(ctx, args, &wout, &werr)
-	}()
-	defer func() {
-		stop()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("worker exited %d: %s", code, werr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("worker did not stop")
-		}
-	}()
+	args := append([]string{"worker", "--nats-url", "tls://" + hostPort, "--nats-user", "worker", "--nats-password", "workerpw4",
+		"--foundry-endpoint", emu.BaseURL(), "--foundry-api-key", "tls-emu-key", "--http-addr", opsAddr, "--log-level", "warn"}, tlsArgs...)
+	_, werr := startCommand(t, args...)
 
 	clientURL := "tls://client:clientpw4@" + hostPort
 	cctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
