@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -69,7 +68,7 @@ func TestWaitingDeadlinesAfterARestart(t *testing.T) {
 // deadline, the worker that paused it having stopped meanwhile.
 func TestWaitingDeadlinesAfterAReconnect(t *testing.T) {
 	e := setup(t, withNATS(natsembed.Config{}))
-	cut := &cuttableDialer{}
+	cut := &dropper{}
 	cutOff, err := e.stack.StartWorker(consumer.Config{WorkerID: "cut-off"}, nats.SetCustomDialer(cut))
 	if err != nil {
 		t.Fatal(err)
@@ -94,39 +93,6 @@ func TestWaitingDeadlinesAfterAReconnect(t *testing.T) {
 	end := checkWellFormed(t, e.collect(req.RunID, 30*time.Second))
 	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeInputTimeout {
 		t.Fatalf("%s ended %+v, want run.failed input_timeout", req.RunID, end)
-	}
-}
-
-// cuttableDialer dials NATS on loopback until it is cut: then it closes
-// the connections it made and refuses new ones until it is set back.
-type cuttableDialer struct {
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func (d *cuttableDialer) Dial(network, address string) (net.Conn, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cut {
-		return nil, errors.New("cut off")
-	}
-	c, err := net.DialTimeout(network, address, 5*time.Second)
-	if err == nil {
-		d.conns = append(d.conns, c)
-	}
-	return c, err
-}
-
-func (d *cuttableDialer) set(cut bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.cut = cut
-	if cut {
-		for _, c := range d.conns {
-			_ = c.Close()
-		}
-		d.conns = nil
 	}
 }
 
