@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,13 +25,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memRuns := f.String("memory-runs", "", "", "concurrent runs of the memory phase, comma-separated (default 1000,5000; quick 200,500)")
 	waitRuns := f.Int("waiting-runs", "", 0, "runs that ask, waiting at once in the waiting phase (default 5000; quick 300)")
 	phases := f.String("phases", "", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", ")+" (raw_publish, latency and cancel need throughput; default all)")
-	h2c := f.Bool("h2c", "", false, "the worker and the bare reader speak HTTP/2 without TLS to the emulator, as over HTTPS when the service offers HTTP/2 (default: HTTP/1.1)")
+	h2c := f.Bool("h2c", "", false, "the emulator serves plain HTTP, and the worker and the bare reader speak HTTP/2 without TLS to it (default: HTTPS with HTTP/2, as an Azure endpoint)")
+	http1 := f.Bool("http1", "", false, "the emulator serves plain HTTP, and the worker, the bare reader and the bench speak HTTP/1.1 to it (default: HTTPS with HTTP/2, as an Azure endpoint, and a memory row over HTTP/1.1)")
 	lf := addLogFlags(f, "console")
 	*lf.level = "error"
 	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
 		return err
 	}
-	cfg := bench.Config{Quick: *quick, ProfileDir: *profile, EventInterval: *interval, H2C: *h2c}
+	if *h2c && *http1 {
+		return usageError{errors.New("bench: --h2c and --http1 exclude each other (the default is HTTPS with HTTP/2)")}
+	}
+	cfg := bench.Config{Quick: *quick, ProfileDir: *profile, EventInterval: *interval, H2C: *h2c, HTTP1: *http1}
 	if *memRuns != "" {
 		for _, s := range strings.Split(*memRuns, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -104,11 +109,11 @@ func printReport(w io.Writer, r bench.Report) {
 		fmt.Fprintf(tw, "relay: emulator CPU per token (for scale)\t%.2f µs\t\t\n", rl.EmulatorCPUPerToken)
 	}
 	for _, pt := range r.Memory.Points {
-		fmt.Fprintf(tw, "memory at %d runs: RSS / heap / stacks per run, goroutines per run\t%.1f / %.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",
-			pt.Runs, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun, r.Memory.Target)
+		fmt.Fprintf(tw, "memory at %d runs, worker over %s (%s): RSS / heap / stacks per run, goroutines per run\t%.1f / %.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",
+			pt.Runs, pt.Transport, pt.UpstreamProto, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun, r.Memory.Target)
 	}
 	if len(r.Memory.Points) > 0 {
-		fmt.Fprintf(tw, "memory: target at the largest load\t\t\t%s\n", verdict(r.Memory.Met))
+		fmt.Fprintf(tw, "memory: target at the largest load over %s\t\t\t%s\n", r.Memory.Points[0].Transport, verdict(r.Memory.Met))
 	}
 	for _, pt := range r.Cancel.Points {
 		fmt.Fprintf(tw, "cancel at %.0f%% (%d runs, %d measured): reply p50 / p99\t%.1f / %.1f ms\t\t\n", pt.Fraction*100, pt.Runs, pt.Cancelled, pt.Reply.P50, pt.Reply.P99)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,7 +26,8 @@ const benchChildEnv = "FOUNDRYQ_TEST_AS_COMMAND"
 
 // TestBenchQuickJSON runs `foundryq bench --quick --json` (its processes
 // are this test binary acting as foundryq) and checks the JSON: the eight
-// sections, each with sane figures. It takes about a minute, longer under
+// sections, each with sane figures, the emulator over HTTPS (the memory
+// phase: HTTP/2, and a row over HTTP/1.1). It takes about a minute, longer under
 // -race: it runs when FOUNDRYQ_BENCH_SMOKE=1 (a step of its own in CI).
 func TestBenchQuickJSON(t *testing.T) {
 	if os.Getenv("FOUNDRYQ_BENCH_SMOKE") != "1" {
@@ -78,11 +80,7 @@ func TestBenchQuickJSON(t *testing.T) {
 			} `json:"points"`
 		} `json:"latency"`
 		Memory struct {
-			Points []struct {
-				Runs       int     `json:"runs"`
-				RSS        float64 `json:"rss_kib_per_run"`
-				Goroutines float64 `json:"goroutines_per_run"`
-			} `json:"points"`
+			Points []memoryRow `json:"points"`
 		} `json:"memory"`
 		Cancel struct {
 			Points []struct {
@@ -173,8 +171,12 @@ func TestBenchQuickJSON(t *testing.T) {
 			t.Errorf("latency point %+v", p)
 		}
 	}
-	if len(rep.Memory.Points) != 2 || rep.Memory.Points[1].Runs != 200 {
-		t.Errorf("memory points %+v", rep.Memory.Points)
+	// The loads over HTTPS, the worker negotiating HTTP/2 (as the
+	// emulator recorded it), then the largest over plain HTTP/1.1.
+	if mp := rep.Memory.Points; len(mp) != 3 || mp[0].Runs != 100 || mp[1].Runs != 200 || mp[2].Runs != 200 ||
+		mp[0].Transport != "https-h2" || mp[1].Transport != "https-h2" || mp[2].Transport != "http1" ||
+		mp[0].Proto != "HTTP/2.0" || mp[1].Proto != "HTTP/2.0" || mp[2].Proto != "HTTP/1.1" {
+		t.Errorf("memory points %+v", mp)
 	}
 	for _, p := range rep.Memory.Points {
 		if p.RSS <= 0 || p.RSS > 10_000 || p.Goroutines <= 0 || p.Goroutines > 100 {
@@ -232,5 +234,63 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	if st, err := os.Stat(plot); err != nil || st.Size() < 1000 {
 		t.Errorf("plot: %v", err)
+	}
+}
+
+// memoryRow is a row of the memory phase's JSON.
+type memoryRow struct {
+	Runs       int     `json:"runs"`
+	Transport  string  `json:"transport"`
+	Proto      string  `json:"upstream_proto"`
+	RSS        float64 `json:"rss_kib_per_run"`
+	Goroutines float64 `json:"goroutines_per_run"`
+}
+
+// TestBenchMemoryTransports runs the memory phase alone (its processes
+// are this test binary acting as foundryq): by default the emulator serves
+// HTTPS and the worker, trusting the run's CA through SSL_CERT_FILE,
+// reaches it over HTTP/2, then a fresh worker over plain HTTP/1.1 at the
+// same emulator; the emulator's records say which protocol each row's
+// runs came over. With --http1 there is one row, over HTTP/1.1.
+func TestBenchMemoryTransports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS, the emulator and two workers (about 20 s)")
+	}
+	t.Setenv(benchChildEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		want []memoryRow
+	}{
+		{nil, []memoryRow{{Runs: 12, Transport: "https-h2", Proto: "HTTP/2.0"}, {Runs: 12, Transport: "http1", Proto: "HTTP/1.1"}}},
+		{[]string{"--http1"}, []memoryRow{{Runs: 12, Transport: "http1", Proto: "HTTP/1.1"}}},
+	} {
+		args := append([]string{"bench", "--json", "--phases", "memory", "--memory-runs", "12"}, tc.args...)
+		code, stdout, stderr := runCmd(t, ctx, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d:\n%s", args, code, stderr)
+		}
+		var rep struct {
+			Memory struct {
+				Points []memoryRow `json:"points"`
+			} `json:"memory"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stdout)
+		}
+		got := rep.Memory.Points
+		if len(got) != len(tc.want) {
+			t.Fatalf("%v: rows %+v, want %+v", args, got, tc.want)
+		}
+		for i, w := range tc.want {
+			g := got[i]
+			if g.Runs != w.Runs || g.Transport != w.Transport || g.Proto != w.Proto || g.RSS <= 0 || g.Goroutines <= 0 {
+				t.Errorf("%v: row %d %+v, want %+v", args, i, g, w)
+			}
+		}
+	}
+	if code, _, stderr := runCmd(t, ctx, "bench", "--h2c", "--http1"); code != 2 || !strings.Contains(stderr, "exclude each other") {
+		t.Errorf("--h2c --http1: exit %d, %s", code, stderr)
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -55,23 +57,47 @@ func (e emulatorFlags) config(log zerolog.Logger) foundrytest.Config {
 func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("emulator", "emulator [flags]")
 	addr := f.String("addr", "FOUNDRYQ_EMULATOR_ADDR", "127.0.0.1:8089", "listen address")
+	tlsCert := f.String("tls-cert", "FOUNDRYQ_EMULATOR_TLS_CERT", "",
+		"TLS certificate file (PEM); with --tls-key the emulator serves HTTPS on --addr, offering HTTP/2 and HTTP/1.1 (ALPN), as Azure's endpoints do", fileOrEmpty())
+	tlsKey := f.String("tls-key", "FOUNDRYQ_EMULATOR_TLS_KEY", "", "TLS private key file (PEM) of --tls-cert", fileOrEmpty())
+	plainAddr := f.String("plain-addr", "FOUNDRYQ_EMULATOR_PLAIN_ADDR", "",
+		"also serve the same emulator over plain HTTP (HTTP/1.1, and HTTP/2 without TLS) on this address, e.g. beside --tls-cert (empty: off)", hostPortOrEmpty())
 	ef := addEmulatorFlags(f, 0)
 	lf := addLogFlags(f, "console")
 	log, err := parseCommand(f, lf, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError{errors.New("emulator: --tls-cert (FOUNDRYQ_EMULATOR_TLS_CERT) and --tls-key (FOUNDRYQ_EMULATOR_TLS_KEY) go together: set both or neither")}
+	}
 	cfg := ef.config(log)
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	emu, err := foundrytest.Listen(*addr, cfg)
-	if err != nil {
+	var emu *foundrytest.Server
+	if *tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return usageError{fmt.Errorf("emulator: load TLS certificate %s and key %s: %w", *tlsCert, *tlsKey, err)}
+		}
+		emu, err = foundrytest.ListenTLS(*addr, cfg, cert)
+		if err != nil {
+			return fmt.Errorf("emulator: %w", asListenError(err, *addr, emulatorSetting))
+		}
+	} else if emu, err = foundrytest.Listen(*addr, cfg); err != nil {
 		return fmt.Errorf("emulator: %w", asListenError(err, *addr, emulatorSetting))
 	}
+	defer emu.Close()
 	fmt.Fprintf(stdout, "Foundry emulator serving %s (stats at %s, throttle at %s)\n", emu.BaseURL(),
 		emu.URL()+"/_emulator/stats", emu.URL()+"/_emulator/throttle")
+	if *plainAddr != "" {
+		plain, err := emu.ListenPlain(*plainAddr)
+		if err != nil {
+			return fmt.Errorf("emulator: %w", asListenError(err, *plainAddr, emulatorPlainSetting))
+		}
+		fmt.Fprintf(stdout, "Foundry emulator also serving %s over plain HTTP\n", plain+"/openai/v1/")
+	}
 	<-ctx.Done()
-	emu.Close()
 	return nil
 }

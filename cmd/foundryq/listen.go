@@ -15,12 +15,13 @@ func (s setting) String() string { return "--" + s.flag + " / " + s.env }
 
 // The settings of the addresses the commands listen on.
 var (
-	devNATSPortSetting  = setting{"nats-port", "FOUNDRYQ_DEV_NATS_PORT"}
-	emulatorAddrSetting = setting{"emulator-addr", "FOUNDRYQ_EMULATOR_ADDR"} // dev
-	emulatorSetting     = setting{"addr", "FOUNDRYQ_EMULATOR_ADDR"}          // emulator
-	opsAddrSetting      = setting{"http-addr", "FOUNDRYQ_HTTP_ADDR"}         // worker, dev
-	devGatewaySetting   = setting{"gateway-addr", "FOUNDRYQ_DEV_GATEWAY_ADDR"}
-	gatewayAddrSetting  = setting{"addr", "FOUNDRYQ_GATEWAY_ADDR"}
+	devNATSPortSetting   = setting{"nats-port", "FOUNDRYQ_DEV_NATS_PORT"}
+	emulatorAddrSetting  = setting{"emulator-addr", "FOUNDRYQ_EMULATOR_ADDR"}    // dev
+	emulatorSetting      = setting{"addr", "FOUNDRYQ_EMULATOR_ADDR"}             // emulator
+	emulatorPlainSetting = setting{"plain-addr", "FOUNDRYQ_EMULATOR_PLAIN_ADDR"} // emulator
+	opsAddrSetting       = setting{"http-addr", "FOUNDRYQ_HTTP_ADDR"}            // worker, dev
+	devGatewaySetting    = setting{"gateway-addr", "FOUNDRYQ_DEV_GATEWAY_ADDR"}
+	gatewayAddrSetting   = setting{"addr", "FOUNDRYQ_GATEWAY_ADDR"}
 )
 
 // listenError is a failure to listen on an address: one line that names

@@ -81,6 +81,7 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 	}
 
 	r := h.newResponse(cr, sc)
+	r.proto = req.Proto
 	if !h.register(r) {
 		(&apiError{status: http.StatusServiceUnavailable, typ: "server_error",
 			message: "The emulator is shutting down."}).write(w)

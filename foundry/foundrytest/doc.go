@@ -176,12 +176,19 @@
 // and per metadata.run_id), cancels received, tokens generated after a
 // cancel and after a client disconnect, tool calls completed after a cancel
 // or a disconnect, tool calls aborted by a cancel, generations active now,
-// streams open now and every response's status. "After a disconnect" means
+// streams open now, API requests by protocol (HTTP/1.x, HTTP/2) and every
+// response's status. "After a disconnect" means
 // while the response had no connected stream after one went away before the
 // end (or, for a foreground response, the work done until the failing
 // write). Record gives the same per response, with its cancel calls:
 // cancel_calls (received), cancel_calls_max_in_flight (the most served at
 // once: 1 when a client coalesces its cancels), cancel_calls_faulted,
 // first_cancel_call_at and cancelled_at (the first call that actually
-// cancelled it).
+// cancelled it), and proto, the protocol its create came over.
+//
+// # HTTPS
+//
+// ListenTLS serves HTTPS, offering HTTP/2 and HTTP/1.1 by ALPN as Azure's
+// endpoints do; ListenPlain adds a plain HTTP listener to the same
+// emulator (`foundryq emulator --tls-cert F --tls-key K --plain-addr A`).
 package foundrytest

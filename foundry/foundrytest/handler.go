@@ -150,9 +150,15 @@ func (h *Handler) Close() {
 // waitRequests waits for the ServeHTTP calls in flight.
 func (h *Handler) waitRequests() { h.reqWG.Wait() }
 
-// authed wraps next with the credential check.
+// authed wraps next with the credential check, and counts the request by
+// its protocol (Stats.RequestsHTTP1, RequestsHTTP2).
 func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
+		if req.ProtoMajor >= 2 {
+			h.stats.requestsHTTP2.Add(1)
+		} else {
+			h.stats.requestsHTTP1.Add(1)
+		}
 		if aerr := h.authorize(req); aerr != nil {
 			aerr.write(w)
 			return
@@ -359,6 +365,8 @@ func (h *Handler) Stats() Stats {
 		ActiveGenerations:                 s.active.Load(),
 		OpenStreams:                       s.openStreams.Load(),
 		PeakOpenStreams:                   s.peakStreams.Load(),
+		RequestsHTTP1:                     s.requestsHTTP1.Load(),
+		RequestsHTTP2:                     s.requestsHTTP2.Load(),
 		ResponsesByRun:                    map[string]int64{},
 		Statuses:                          map[string]string{},
 	}

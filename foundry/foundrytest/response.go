@@ -22,6 +22,7 @@ type response struct {
 	sc          scenario
 	seed        uint64
 	createdAt   time.Time
+	proto       string // the create request's protocol (http.Request.Proto)
 	inputTokens int
 	stop        chan struct{} // closed when the generation must stop at once
 	done        chan struct{} // closed when the event log is complete
@@ -328,6 +329,7 @@ func (r *response) record() ResponseRecord {
 		RunID:                  r.runID,
 		PreviousResponseID:     r.req.previousID(),
 		Status:                 r.status,
+		Proto:                  r.proto,
 		Background:             r.req.background,
 		Stream:                 r.req.stream,
 		Store:                  r.req.store,

@@ -55,6 +55,11 @@ type Stats struct {
 	OpenStreams int64 `json:"open_streams"`
 	// PeakOpenStreams is the largest OpenStreams seen.
 	PeakOpenStreams int64 `json:"peak_open_streams"`
+	// RequestsHTTP1 and RequestsHTTP2 count the API requests (under
+	// /openai/v1/ and /api/projects/{project}/openai/v1/, whatever their
+	// answer) received over HTTP/1.x and over HTTP/2.
+	RequestsHTTP1 int64 `json:"requests_http1"`
+	RequestsHTTP2 int64 `json:"requests_http2"`
 	// Statuses maps every response id held (not deleted) to its status.
 	Statuses map[string]string `json:"statuses"`
 }
@@ -77,6 +82,8 @@ type counters struct {
 	active                atomic.Int64
 	openStreams           atomic.Int64
 	peakStreams           atomic.Int64
+	requestsHTTP1         atomic.Int64
+	requestsHTTP2         atomic.Int64
 }
 
 // streamOpened counts an SSE stream opened and keeps the peak.
@@ -97,6 +104,10 @@ type ResponseRecord struct {
 	PreviousResponseID string `json:"previous_response_id,omitempty"`
 	// Status is the current status, as GET would show it.
 	Status string `json:"status"`
+	// Proto is the protocol of the create request, as http.Request.Proto
+	// has it: "HTTP/1.1", or "HTTP/2.0" (over TLS, negotiated by ALPN, or
+	// without TLS by prior knowledge).
+	Proto string `json:"proto"`
 	// Background, Stream and Store echo the create request's flags.
 	Background bool `json:"background"`
 	Stream     bool `json:"stream"`

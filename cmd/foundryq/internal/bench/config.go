@@ -33,9 +33,16 @@ type Config struct {
 	// relay phase) and a heap profile (at the largest memory load).
 	ProfileDir string
 
-	// H2C makes the worker (--foundry-h2c) and the bare reader speak HTTP/2
-	// without TLS to the emulator, standing in for the HTTP/2 an HTTPS
-	// endpoint negotiates. Default false: HTTP/1.1.
+	// HTTP1 runs the emulator over plain HTTP, and the worker, the bare
+	// reader and the bench's own clients speak HTTP/1.1 to it. Default
+	// false: the emulator serves HTTPS with a certificate for 127.0.0.1
+	// from a CA made for the run (the processes trust it through
+	// SSL_CERT_FILE), and every client negotiates HTTP/2, as with an Azure
+	// endpoint; the memory phase adds a row over plain HTTP/1.1.
+	HTTP1 bool
+	// H2C runs the emulator over plain HTTP, and the worker
+	// (--foundry-h2c) and the bare reader speak HTTP/2 without TLS to it.
+	// Default false. Not with HTTP1.
 	H2C bool
 	// EventInterval is the worker's --event-interval in the relay, cancel,
 	// tool_cancel, waste and memory phases. Default 50ms, the worker's
@@ -161,6 +168,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("loadtest: counts must be at least 1, got %d", n)
 		}
 	}
+	if c.HTTP1 && c.H2C {
+		return errors.New("loadtest: HTTP1 and H2C exclude each other (the default is HTTPS with HTTP/2)")
+	}
 	for _, n := range c.MemoryRuns {
 		if n < 1 {
 			return fmt.Errorf("loadtest: MemoryRuns must be at least 1, got %d", n)
@@ -193,6 +203,32 @@ func (c Config) validate() error {
 // the keys of the report's JSON (throughput's figures are in raw_publish
 // and latency).
 var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "tool_cancel", "waste", "memory", "waiting", "ablation"}
+
+// The transports between the worker and the emulator, as
+// MemoryPoint.Transport names them.
+const (
+	transportHTTPS = "https-h2" // HTTPS, HTTP/2 negotiated by ALPN: the default
+	transportH2C   = "h2c"      // plain HTTP, HTTP/2 with prior knowledge (H2C)
+	transportHTTP1 = "http1"    // plain HTTP/1.1 (HTTP1)
+)
+
+// transportNames say each transport in words.
+var transportNames = map[string]string{
+	transportHTTPS: "HTTPS, HTTP/2 negotiated",
+	transportH2C:   "plain HTTP, HTTP/2 without TLS",
+	transportHTTP1: "plain HTTP/1.1",
+}
+
+// transport is how the worker and the bare reader reach the emulator.
+func (c Config) transport() string {
+	switch {
+	case c.HTTP1:
+		return transportHTTP1
+	case c.H2C:
+		return transportH2C
+	}
+	return transportHTTPS
+}
 
 // runs reports whether phase p runs.
 func (c Config) runs(p string) bool { return len(c.Phases) == 0 || slices.Contains(c.Phases, p) }

@@ -154,8 +154,12 @@ type LatencyPoint struct {
 
 // MemoryReport: the worker's memory per concurrent streaming run.
 type MemoryReport struct {
+	// Points are the loads over the bench's transport (HTTPS with HTTP/2
+	// by default), then the largest load again over plain HTTP/1.1 (unless
+	// that is the bench's transport).
 	Points []MemoryPoint `json:"points"`
-	// Target applies to the largest load's RSSPerRun.
+	// Target applies to the RSSPerRun of the largest load over the bench's
+	// transport.
 	Target float64 `json:"target_max_kib_per_run"`
 	Met    bool    `json:"met"`
 }
@@ -163,7 +167,14 @@ type MemoryReport struct {
 // MemoryPoint is one load of the memory phase. Per-run figures are the
 // growth over the idle worker divided by Runs.
 type MemoryPoint struct {
-	Runs             int     `json:"runs"`
+	Runs int `json:"runs"`
+	// Transport is how the worker reached the emulator: "https-h2" (HTTPS,
+	// HTTP/2 negotiated: the default), "h2c" (plain HTTP, HTTP/2 without
+	// TLS) or "http1" (plain HTTP/1.1).
+	Transport string `json:"transport"`
+	// UpstreamProto is the protocol of the runs' create requests as the
+	// emulator recorded them ("HTTP/2.0", "HTTP/1.1").
+	UpstreamProto    string  `json:"upstream_proto"`
 	RSSBytes         int64   `json:"rss_bytes"`
 	IdleRSSBytes     int64   `json:"idle_rss_bytes"`
 	RSSPerRun        float64 `json:"rss_kib_per_run"`

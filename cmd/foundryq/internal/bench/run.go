@@ -27,7 +27,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	b := &bench{cfg: cfg, rep: &rep}
-	b.progress("starting NATS (file storage), the emulator and the worker, each a process of its own")
+	b.progress("starting NATS (file storage), the emulator (%s) and the worker, each a process of its own", transportNames[cfg.transport()])
 	if b.sys, err = startSystem(ctx, cfg); err != nil {
 		return rep, err
 	}
@@ -331,7 +331,7 @@ func (b *bench) runReader(ctx context.Context, rc ReaderConfig) (ReaderResult, e
 		return ReaderResult{}, err
 	}
 	out.Close()
-	p, err := startProcess("bench-reader", b.cfg.Binary, b.cfg.Env, "bench-reader", "--url", b.sys.foundryURL(), "--api-key", apiKey,
+	p, err := startProcess("bench-reader", b.cfg.Binary, b.sys.env, "bench-reader", "--url", b.sys.foundryURL(), "--api-key", apiKey,
 		"--prefix", rc.Prefix, "--runs", strconv.Itoa(rc.Runs), "--tokens", strconv.Itoa(rc.Tokens),
 		"--token-delay", rc.TokenDelay.String(), "--out", out.Name(), "--h2c="+strconv.FormatBool(b.cfg.H2C))
 	if err != nil {

@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -19,19 +21,23 @@ import (
 // system is the system under test, each part a process of its own: NATS
 // (a `foundryq dev` with no worker, no emulator and no gateway: an embedded
 // nats-server with file storage and the provisioned streams), the Foundry
-// emulator (`foundryq emulator`) and one worker (`foundryq worker`), plus
-// the bench's own connection and watcher.
+// emulator (`foundryq emulator`, over HTTPS unless Config.HTTP1 or H2C) and
+// one worker (`foundryq worker`), plus the bench's own connection and
+// watcher.
 type system struct {
 	cfg      Config
 	dir      string
+	env      []string // the processes' environment: Config.Env, and SSL_CERT_FILE over HTTPS
 	nats     *process
 	emulator *process
 	worker   *process
 	natsURL  string
 	natsOps  string // the NATS process's ops address (with ProfileDir)
-	emuURL   string // root, e.g. http://127.0.0.1:PORT
+	emuURL   string // root, e.g. https://127.0.0.1:PORT
+	plainURL string // root of the emulator's plain HTTP listener (emuURL unless over HTTPS)
 	metrics  string // the worker's /metrics URL
 	interval time.Duration
+	tr       *http.Transport // the bench's own, trusting the emulator's CA
 
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -46,7 +52,8 @@ const apiKey = "bench"
 
 // startSystem starts NATS and the emulator (the worker: startWorker).
 func startSystem(ctx context.Context, cfg Config) (s *system, err error) {
-	s = &system{cfg: cfg, hc: &http.Client{Timeout: time.Minute}}
+	s = &system{cfg: cfg, env: cfg.Env, tr: http.DefaultTransport.(*http.Transport).Clone()}
+	s.hc = &http.Client{Transport: s.tr, Timeout: time.Minute}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -59,13 +66,39 @@ func startSystem(ctx context.Context, cfg Config) (s *system, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.emuURL = "http://127.0.0.1:" + strconv.Itoa(emuPort)
-	if s.emulator, err = startProcess("emulator", cfg.Binary, cfg.Env, "emulator", "--addr", "127.0.0.1:"+strconv.Itoa(emuPort),
-		"--emulator-api-key", apiKey, "--emulator-record-times", "--log-level", "error"); err != nil {
+	emuAddr := "127.0.0.1:" + strconv.Itoa(emuPort)
+	s.emuURL = "http://" + emuAddr
+	s.plainURL = s.emuURL
+	emuArgs := []string{"emulator", "--addr", emuAddr, "--emulator-api-key", apiKey, "--emulator-record-times", "--log-level", "error"}
+	if cfg.transport() == transportHTTPS {
+		// HTTPS as an Azure endpoint serves it: a certificate from a CA
+		// made for this run, trusted by every process through
+		// SSL_CERT_FILE (Go reads it on Linux; the worker's and the
+		// reader's transports keep the system's roots) and by the bench's
+		// own clients; and a plain listener on the same emulator for the
+		// memory phase's HTTP/1.1 row.
+		certs, err := makeCerts(s.dir)
+		if err != nil {
+			return s, err
+		}
+		plainPort, err := freePort()
+		if err != nil {
+			return s, err
+		}
+		s.emuURL = "https://" + emuAddr
+		s.plainURL = "http://127.0.0.1:" + strconv.Itoa(plainPort)
+		emuArgs = append(emuArgs, "--tls-cert", certs.Cert, "--tls-key", certs.Key, "--plain-addr", "127.0.0.1:"+strconv.Itoa(plainPort))
+		s.env = append(slices.Clip(cfg.Env), "SSL_CERT_FILE="+certs.CA)
+		s.tr.TLSClientConfig = &tls.Config{RootCAs: certs.Roots}
+	}
+	if s.emulator, err = startProcess("emulator", cfg.Binary, s.env, emuArgs...); err != nil {
 		return s, err
 	}
 	if err := s.emulator.waitReady(ctx, time.Minute, func(ctx context.Context) error {
-		_, err := httpGet(ctx, s.hc, s.emuURL+"/_emulator/stats")
+		if _, err := httpGet(ctx, s.hc, s.emuURL+"/_emulator/stats"); err != nil {
+			return err
+		}
+		_, err := httpGet(ctx, s.hc, s.plainURL+"/_emulator/stats")
 		return err
 	}); err != nil {
 		return s, err
@@ -87,7 +120,7 @@ func startSystem(ctx context.Context, cfg Config) (s *system, err error) {
 		s.natsOps = "127.0.0.1:" + strconv.Itoa(opsPort)
 		devArgs = append(devArgs, "--http-addr", s.natsOps, "--pprof")
 	}
-	if s.nats, err = startProcess("nats", cfg.Binary, cfg.Env, devArgs...); err != nil {
+	if s.nats, err = startProcess("nats", cfg.Binary, s.env, devArgs...); err != nil {
 		return s, err
 	}
 	s.names, _ = events.NewNames("")
@@ -143,7 +176,7 @@ func (s *system) startSyncAlwaysNATS(ctx context.Context) (*process, string, err
 		return nil, "", err
 	}
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	p, err := startProcess("nats-sync-always", s.cfg.Binary, s.cfg.Env, "dev", "--nats-port", strconv.Itoa(port),
+	p, err := startProcess("nats-sync-always", s.cfg.Binary, s.env, "dev", "--nats-port", strconv.Itoa(port),
 		"--nats-config", conf, "--data-dir", filepath.Join(s.dir, "jetstream-sync-always"), "--workers", "0",
 		"--gateway-addr", "", "--http-addr", "", "--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey, "--log-level", "error")
 	if err != nil {
@@ -166,8 +199,21 @@ func (s *system) startSyncAlwaysNATS(ctx context.Context) (*process, string, err
 // foundryURL is the emulator's v1 base URL.
 func (s *system) foundryURL() string { return s.emuURL + "/openai/v1/" }
 
-// startWorker (re)starts the worker with event interval interval.
+// transport returns a transport of its own for a client of the emulator,
+// configured as the bench's (trusting the emulator's CA).
+func (s *system) transport() *http.Transport { return s.tr.Clone() }
+
+// startWorker (re)starts the worker with event interval interval, reaching
+// the emulator as Config says.
 func (s *system) startWorker(ctx context.Context, interval time.Duration) error {
+	return s.startWorkerOver(ctx, interval, s.cfg.transport())
+}
+
+// startWorkerOver (re)starts the worker with event interval interval,
+// reaching the emulator over transport: over HTTPS (transportHTTPS), with
+// --foundry-h2c (transportH2C), or at the emulator's plain listener over
+// HTTP/1.1 (transportHTTP1).
+func (s *system) startWorkerOver(ctx context.Context, interval time.Duration, transport string) error {
 	if s.worker != nil {
 		if err := s.worker.stop(30 * time.Second); err != nil {
 			return err
@@ -185,20 +231,26 @@ func (s *system) startWorker(ctx context.Context, interval time.Duration) error 
 	if interval <= 0 {
 		ivl = "-1ms"
 	}
-	args := []string{"worker", "--nats-url", s.natsURL, "--foundry-endpoint", s.foundryURL(), "--foundry-api-key", apiKey,
+	endpoint := s.foundryURL()
+	if transport == transportHTTP1 {
+		endpoint = s.plainURL + "/openai/v1/"
+	}
+	args := []string{"worker", "--nats-url", s.natsURL, "--foundry-endpoint", endpoint, "--foundry-api-key", apiKey,
 		"--http-addr", addr, "--concurrency", strconv.Itoa(s.cfg.workerConcurrency()), "--event-interval", ivl,
 		"--worker-id", "bench", "--log-level", "error"}
 	// Go's profiles on the bench's loopback address: --profile saves them,
 	// and the waiting phase forces a GC through /debug/pprof/heap?gc=1.
 	args = append(args, "--pprof")
-	if s.cfg.H2C {
+	if transport == transportH2C {
 		args = append(args, "--foundry-h2c")
 	}
-	if s.worker, err = startProcess("worker", s.cfg.Binary, s.cfg.Env, args...); err != nil {
+	if s.worker, err = startProcess("worker", s.cfg.Binary, s.env, args...); err != nil {
 		return err
 	}
+	// Ready: NATS reached, and its one request to the emulator passed
+	// (--check-upstream): a certificate it does not trust fails here.
 	return s.worker.waitReady(ctx, time.Minute, func(ctx context.Context) error {
-		_, err := httpGet(ctx, s.hc, "http://"+addr+"/healthz")
+		_, err := httpGet(ctx, s.hc, "http://"+addr+"/readyz")
 		return err
 	})
 }

@@ -30,7 +30,7 @@ func (b *bench) waste(ctx context.Context) error {
 	asks := newAskLog()
 	var g errgroup.Group
 	// (a) The naive client: a foreground stream, dropped mid-tool.
-	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	hc := &http.Client{Transport: b.sys.transport()}
 	defer hc.CloseIdleConnections()
 	for i := range c.WasteRuns {
 		id := fmt.Sprintf("%s-%d", naivePrefix, i)
