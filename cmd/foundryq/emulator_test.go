@@ -114,7 +114,7 @@ func TestEmulatorTLS(t *testing.T) {
 	}
 	// One emulator behind both: its stats count both requests.
 	var st foundrytest.Stats
-	if err := json.Unmarshal([]byte(waitHTTP(t, "http://"+plainAddr+"/_emulator/stats", 200, "requests_http2")), &st); err != nil {
+	if err := json.Unmarshal([]byte(testkit.WaitHTTP(t, time.Minute, "http://"+plainAddr+"/_emulator/stats", 200, "requests_http2")), &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.ResponsesCreated != 2 || st.RequestsHTTP2 != 1 || st.RequestsHTTP1 != 1 {
