@@ -398,7 +398,9 @@ func (r *run) endCancelled(reason string, s stopped) {
 				Msg("Foundry ran the response on to its end although it was cancelled; the run stays cancelled and reports it")
 		}
 	case reachUnconfirmed:
-		r.w.m.cancelsUnconfirmed.Inc()
+		if !s.foreground { // a hosted agent's cancel always ends so: no Foundry fault
+			r.w.m.cancelsUnconfirmed.Inc()
+		}
 		ev.Error = &events.Error{Code: events.CodeCancelUnconfirmed, Message: truncateText(s.err.Error())}
 		if s.foreground {
 			r.logger().Warn().Err(s.err).Msg("Foundry reported no final status for the foreground response after its stream was closed; the run ends cancelled, unconfirmed")

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"bytes"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net/http"
 	"strings"
@@ -71,7 +72,8 @@ func TestCancelledForegroundResponseSaysWhatFoundrySays(t *testing.T) {
 	t.Run("a hosted agent", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
-		e.startWorker(consumer.Config{WorkerID: "hosted"})
+		reg := prometheus.NewRegistry()
+		e.startWorker(consumer.Config{WorkerID: "hosted", Registerer: reg})
 		const id = "fg-hosted-1"
 		e.submit(agentRequest(id, "hosted-helper", map[string]string{"emu_tokens": "2000", "emu_token_ms": "20"}))
 		e.waitEvent(id, events.TypeTextDelta, 10*time.Second)
@@ -93,6 +95,11 @@ func TestCancelledForegroundResponseSaysWhatFoundrySays(t *testing.T) {
 		}
 		if rec.Status != "cancelled" {
 			t.Fatalf("emulator: %s, want the closed stream to have stopped it", rec.Status)
+		}
+		// Every hosted agent's cancel ends so: the alert on unconfirmed
+		// cancels (a Foundry fault) must not fire for it.
+		if n := counter(t, reg, "foundryq_cancels_unconfirmed_total", ""); n != 0 {
+			t.Fatalf("cancels_unconfirmed_total = %v, want 0 for a foreground response", n)
 		}
 	})
 }

@@ -113,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 			Namespace: "foundryq", Name: "runs_lost_ownership_total", Help: "Runs abandoned because another worker wrote their events.",
 		}),
 		cancelsUnconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "foundryq", Name: "cancels_unconfirmed_total", Help: "Runs ended run.cancelled with upstream_status unconfirmed: Foundry confirmed no final status within --cancel-confirm-timeout (a foreground response: within 3 s of its stream being closed).",
+			Namespace: "foundryq", Name: "cancels_unconfirmed_total", Help: "Runs ended run.cancelled with upstream_status unconfirmed: Foundry confirmed no final status within --cancel-confirm-timeout (foreground responses, which Foundry cannot cancel, not counted).",
 		}),
 		cancelsPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "foundryq", Name: "cancels_pending", Help: "Runs this worker owns whose response it is cancelling upstream now (status cancelling).",
