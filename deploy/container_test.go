@@ -257,7 +257,7 @@ func startStack(t *testing.T, img images) *stack {
 	s.natsURL = "nats://" + s.endpoint(ctx, t, s.nats, "4222/tcp")
 	s.monitorURL = "http://" + s.endpoint(ctx, t, s.nats, "8222/tcp")
 	s.emulatorURL = "http://" + s.endpoint(ctx, t, s.emulator, "8089/tcp")
-	waitHTTP(ctx, t, s.emulatorURL+"/_emulator/stats")
+	testkit.WaitHTTP(t, startTimeout, s.emulatorURL+"/_emulator/stats", http.StatusOK, "")
 	dumpOnFailure(t, s.monitorURL+"/jsz?acc=FOUNDRYQ&consumers=true", s.emulatorURL+"/_emulator/stats")
 
 	for _, id := range []string{"worker-a", "worker-b"} {
@@ -279,7 +279,7 @@ func startStack(t *testing.T, img images) *stack {
 			testcontainers.WithExposedPorts("9090/tcp"),
 			testcontainers.WithWaitStrategy(wait.ForLog("worker started").WithStartupTimeout(startTimeout)),
 		)
-		waitHTTP(ctx, t, "http://"+s.endpoint(ctx, t, s.workers[id], "9090/tcp")+"/healthz")
+		testkit.WaitHTTP(t, startTimeout, "http://"+s.endpoint(ctx, t, s.workers[id], "9090/tcp")+"/healthz", http.StatusOK, "")
 	}
 
 	nc, err := events.Connect(s.natsURL, nats.UserInfo("client", s.clientPW), nats.Name("deploy-test-client"),
@@ -380,28 +380,6 @@ func (s *stack) endpoint(ctx context.Context, t *testing.T, ctr *testcontainers.
 		t.Fatalf("mapped port %s: %v", port, err)
 	}
 	return net.JoinHostPort(s.host, mp.Port())
-}
-
-// waitHTTP polls url until it answers 200.
-func waitHTTP(ctx context.Context, t *testing.T, url string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	c := http.Client{Timeout: time.Second}
-	for {
-		resp, err := c.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s did not answer 200: last error %v", url, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // watchAll follows a run to its terminal event, calling each(ev) on every
