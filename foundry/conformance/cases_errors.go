@@ -19,6 +19,12 @@ func (e *Endpoint) refused(ctx context.Context, change map[string]any) (string, 
 	for k, v := range change {
 		body[k] = v
 	}
+	return e.createObserved(ctx, body, errorObservation)
+}
+
+// createObserved posts body as a create: a refusal is observed by
+// observe, an accepted create as its status (its stream is not read).
+func (e *Endpoint) createObserved(ctx context.Context, body map[string]any, observe func(*http.Response) string) (string, error) {
 	res, err := e.do(ctx, http.MethodPost, "responses", body)
 	if err != nil {
 		return "", err
@@ -27,7 +33,7 @@ func (e *Endpoint) refused(ctx context.Context, change map[string]any) (string, 
 	if res.StatusCode < 300 {
 		return fmt.Sprintf("%d (accepted)", res.StatusCode), nil
 	}
-	return errorObservation(res), nil
+	return observe(res), nil
 }
 
 var caseMaxOutputTooSmall = Case{
@@ -160,15 +166,7 @@ var caseAgentInstructions = Case{
 		})
 		delete(body, "model")
 		delete(body, "max_output_tokens")
-		res, err := e.do(ctx, http.MethodPost, "responses", body)
-		if err != nil {
-			return "", err
-		}
-		defer res.Body.Close()
-		if res.StatusCode < 300 {
-			return fmt.Sprintf("%d (accepted)", res.StatusCode), nil
-		}
-		return refusalObservation(res), nil
+		return e.createObserved(ctx, body, refusalObservation)
 	},
 }
 
