@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +32,62 @@ type stateStore struct {
 	nc    *nats.Conn // reads go to the bucket's stream leader (events.ReadState)
 	now   func() time.Time
 	store *storeWatch // told of each write's result; nil: nobody listens
+	last  lastWrites
+}
+
+// lastWrites keeps what this worker last wrote or read of each run it is
+// working on, with its revision, so that an update can compare-and-set
+// against it without first asking the bucket's stream leader: a run's
+// owner is nearly always the only writer of its record, and a leader read
+// (a JetStream API request) costs NATS more than the write itself. A
+// record someone else wrote meanwhile makes the write fail its revision
+// check, and the update then reads the record and goes on as before.
+type lastWrites struct {
+	mu sync.Mutex
+	m  map[string]lastWrite
+}
+
+type lastWrite struct {
+	data []byte // the record as stored: decoded afresh for every use
+	rev  uint64
+}
+
+// maxLastWrites bounds lastWrites; past it the map starts again empty.
+// Entries leave when a run's record says it finished and when the run
+// leaves the worker (forget), so this is only a backstop.
+const maxLastWrites = 1 << 16
+
+func (l *lastWrites) get(runID string) (events.RunState, uint64, bool) {
+	l.mu.Lock()
+	e, ok := l.m[runID]
+	l.mu.Unlock()
+	if !ok {
+		return events.RunState{}, 0, false
+	}
+	var st events.RunState
+	if err := json.Unmarshal(e.data, &st); err != nil {
+		return events.RunState{}, 0, false
+	}
+	return st, e.rev, true
+}
+
+func (l *lastWrites) put(runID string, st events.RunState, data []byte, rev uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st.Finished() {
+		delete(l.m, runID)
+		return
+	}
+	if l.m == nil || len(l.m) >= maxLastWrites {
+		l.m = make(map[string]lastWrite)
+	}
+	l.m[runID] = lastWrite{data: data, rev: rev}
+}
+
+func (l *lastWrites) forget(runID string) {
+	l.mu.Lock()
+	delete(l.m, runID)
+	l.mu.Unlock()
 }
 
 // newStateStore wraps the state bucket (Resources.State, or
@@ -39,10 +96,15 @@ func newStateStore(kv jetstream.KeyValue, nc *nats.Conn) *stateStore {
 	return &stateStore{kv: kv, nc: nc, now: time.Now}
 }
 
-// Get returns the state of runID and its KV revision (events.ReadState).
+// Get returns the state of runID and its KV revision (events.ReadState),
+// read from the bucket's stream leader.
 func (s *stateStore) Get(ctx context.Context, runID string) (events.RunState, uint64, error) {
 	return events.ReadState(ctx, s.nc, s.kv.Bucket(), runID)
 }
+
+// forget drops what the store kept of runID's last write: the run left
+// this worker, and the next update of it reads the record first.
+func (s *stateStore) forget(runID string) { s.last.forget(runID) }
 
 // Create stores st as a new state (st.RunID is the key). It fails with
 // events.ErrStateExists if a state is already stored. CreatedAt and UpdatedAt are
@@ -62,6 +124,7 @@ func (s *stateStore) Create(ctx context.Context, st events.RunState) (uint64, er
 	if err != nil {
 		return 0, fmt.Errorf("consumer: encode state of run %s: %w", st.RunID, err)
 	}
+	s.last.forget(st.RunID)
 	rev, err := s.kv.Create(ctx, st.RunID, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("consumer: create state of run %s: %w", st.RunID, events.ErrStateExists)
@@ -100,8 +163,25 @@ func (s *stateStore) update(ctx context.Context, runID string, create bool, fn f
 		return events.RunState{}, fmt.Errorf("consumer: update state: run id %q: %w", runID, events.ErrBadRunID)
 	}
 	b := retry.Backoff(time.Millisecond, 32*time.Millisecond)
+	useKept := true
 	for range maxCASAttempts {
-		cur, rev, err := s.Get(ctx, runID)
+		// The first attempt starts from this worker's last write, if it
+		// kept one: its revision check stands in for a read. Only a write
+		// can rely on it; a decision not to write is taken again on the
+		// record as read, and so is every later attempt.
+		var (
+			cur  events.RunState
+			rev  uint64
+			kept bool
+			err  error
+		)
+		if useKept {
+			cur, rev, kept = s.last.get(runID)
+			useKept = false
+		}
+		if !kept {
+			cur, rev, err = s.Get(ctx, runID)
+		}
 		exists := err == nil
 		if err != nil && !errors.Is(err, events.ErrStateNotFound) {
 			return events.RunState{}, err
@@ -111,6 +191,10 @@ func (s *stateStore) update(ctx context.Context, runID string, create bool, fn f
 		}
 		next := cur
 		if err := fn(&next, exists); err != nil {
+			if kept {
+				s.last.forget(runID)
+				continue
+			}
 			if errors.Is(err, errSkipUpdate) {
 				return cur, nil
 			}
@@ -126,23 +210,30 @@ func (s *stateStore) update(ctx context.Context, runID string, create bool, fn f
 		if err != nil {
 			return cur, fmt.Errorf("consumer: encode state of run %s: %w", runID, err)
 		}
+		var wrote uint64
 		if exists {
-			_, err = s.kv.Update(ctx, runID, data, rev)
+			wrote, err = s.kv.Update(ctx, runID, data, rev)
 		} else {
-			_, err = s.kv.Create(ctx, runID, data)
+			wrote, err = s.kv.Create(ctx, runID, data)
 		}
 		if s.store != nil && !isCASConflict(err) {
 			s.store.observe("state", err)
 		}
 		switch {
 		case err == nil:
+			s.last.put(runID, next, data, wrote)
 			return next, nil
 		case isCASConflict(err):
+			s.last.forget(runID)
+			if kept {
+				continue // someone else wrote since: read it, at once
+			}
 			if !retry.Sleep(ctx, b.NextBackOff()) {
 				return cur, fmt.Errorf("consumer: update state of run %s: %w", runID, context.Cause(ctx))
 			}
 			continue
 		default:
+			s.last.forget(runID)
 			return cur, fmt.Errorf("consumer: update state of run %s: %w", runID, err)
 		}
 	}
@@ -171,6 +262,7 @@ func (s *stateStore) Replace(ctx context.Context, st events.RunState, rev uint64
 	if err != nil {
 		return fmt.Errorf("consumer: encode state of run %s: %w", st.RunID, err)
 	}
+	s.last.forget(st.RunID)
 	if _, err := s.kv.Update(ctx, st.RunID, data, rev); err != nil {
 		return fmt.Errorf("consumer: replace state of run %s: %w", st.RunID, err)
 	}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
@@ -118,4 +120,105 @@ func testStore(t *testing.T) *stateStore {
 		t.Fatal(err)
 	}
 	return newStateStore(res.State, nc)
+}
+
+// TestStateStoreWritesOnItsLastWrite: a run's owner writes its record
+// several times in a row; after its first write it compares-and-sets
+// against what it wrote instead of asking the stream leader again, and a
+// record someone else wrote meanwhile is read and kept.
+func TestStateStoreWritesOnItsLastWrite(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Provision(t.Context(), js, events.Names{}, ProvisionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, other := newStateStore(res.State, nc), newStateStore(res.State, nc)
+	var reads atomic.Int64
+	sub, err := nc.Subscribe("$JS.API.STREAM.MSG.GET.>", func(*nats.Msg) { reads.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx := t.Context()
+	// readsBy runs f and returns how many leader reads it sent (the
+	// subscription sees them in order: a flush makes the count final).
+	readsBy := func(f func()) int64 {
+		t.Helper()
+		before := reads.Load()
+		f()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return reads.Load() - before
+	}
+	update := func(s *stateStore, fn func(*events.RunState) error) events.RunState {
+		t.Helper()
+		st, err := s.Update(ctx, "w1", fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	if _, err := s.Create(ctx, events.RunState{RunID: "w1", Status: events.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	n := readsBy(func() {
+		for range 3 {
+			update(s, func(st *events.RunState) error { st.Attempt++; return nil })
+		}
+	})
+	if n != 1 {
+		t.Fatalf("three updates in a row sent %d leader reads, want 1 (the first)", n)
+	}
+
+	// Another writer's change is kept: the revision check fails and the
+	// update reads the record.
+	update(other, func(st *events.RunState) error { st.Owner = "other"; return nil })
+	var got events.RunState
+	if n := readsBy(func() { got = update(s, func(st *events.RunState) error { st.Attempt++; return nil }) }); n != 1 {
+		t.Fatalf("an update after another writer's sent %d leader reads, want 1", n)
+	}
+	if got.Owner != "other" || got.Attempt != 4 {
+		t.Fatalf("update after another writer's: %+v", got)
+	}
+
+	// A decision not to write is taken on the record as read: here the
+	// last write says "owned" (skip), the record says nobody owns it.
+	update(s, func(st *events.RunState) error { st.Owner = "x"; return nil })
+	update(other, func(st *events.RunState) error { st.Owner = ""; return nil })
+	got = update(s, func(st *events.RunState) error {
+		if st.Owner != "" {
+			return errSkipUpdate
+		}
+		st.Owner = "me"
+		return nil
+	})
+	if got.Owner != "me" {
+		t.Fatalf("skipped on its own last write instead of the record: %+v", got)
+	}
+	if st, _, err := s.Get(ctx, "w1"); err != nil || st.Owner != "me" {
+		t.Fatalf("stored: %+v %v", st, err)
+	}
+
+	// A finished record is not kept, nor a run the worker forgot.
+	update(s, func(st *events.RunState) error { st.Status = events.StatusCompleted; return nil })
+	if _, _, ok := s.last.get("w1"); ok {
+		t.Fatal("a finished run's record is still kept")
+	}
+	if _, err := s.Create(ctx, events.RunState{RunID: "w2", Status: events.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, "w2", func(st *events.RunState) error { st.Attempt = 1; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.forget("w2")
+	if _, _, ok := s.last.get("w2"); ok {
+		t.Fatal("a forgotten run's record is still kept")
+	}
 }

@@ -432,6 +432,7 @@ func (w *Worker) unregister(r *run) {
 	if w.runs[r.id] == r {
 		delete(w.runs, r.id)
 		w.m.runsActive.Dec()
+		w.states.forget(r.id)
 	}
 }
 
