@@ -121,10 +121,13 @@ func TestCancelBeforeTheResponseIDIsKnown(t *testing.T) {
 	e := setup(t)
 	e.twoWorkers(consumer.Config{})
 	e.submit(request("early-1", map[string]string{"emu_created_ms": "800", "emu_tokens": "1000", "emu_token_ms": "10"}))
-	// Wait until a worker owns the run and the create is in flight.
+	// Wait until a worker owns the run and the create is in flight: the
+	// emulator has it (the create mark alone is written before the create
+	// is sent, and a cancel that comes in between ends the run without
+	// calling Foundry, as it should).
 	testkit.Eventually(t, 10*time.Second, "the create to be sent", func() bool {
 		st, _, err := e.client.State(context.Background(), "early-1")
-		return err == nil && st.CreateStartedAt != nil
+		return err == nil && st.CreateStartedAt != nil && e.emu.Stats().ResponsesByRun["early-1"] == 1
 	})
 	reply := e.cancel("early-1")
 	if reply.Result != events.CancelCancelling || reply.UpstreamStatus != "" {
