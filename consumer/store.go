@@ -102,6 +102,26 @@ func (s *stateStore) Get(ctx context.Context, runID string) (events.RunState, ui
 	return events.ReadState(ctx, s.nc, s.kv.Bucket(), runID)
 }
 
+// unconfirmed returns this worker's last write of runID if it kept one,
+// else the record as a direct get reads it; found is false if there is
+// none, ok is false when neither answered.
+func (s *stateStore) unconfirmed(ctx context.Context, runID string) (st events.RunState, rev uint64, found, ok bool) {
+	if st, rev, ok := s.last.get(runID); ok {
+		return st, rev, true, true
+	}
+	e, err := s.kv.Get(ctx, runID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return events.RunState{}, 0, false, true
+	case err != nil:
+		return events.RunState{}, 0, false, false
+	}
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return events.RunState{}, 0, false, false // the leader's read reports it
+	}
+	return st, e.Revision(), true, true
+}
+
 // forget drops what the store kept of runID's last write: the run left
 // this worker, and the next update of it reads the record first.
 func (s *stateStore) forget(runID string) { s.last.forget(runID) }
@@ -163,23 +183,31 @@ func (s *stateStore) update(ctx context.Context, runID string, create bool, fn f
 		return events.RunState{}, fmt.Errorf("consumer: update state: run id %q: %w", runID, events.ErrBadRunID)
 	}
 	b := retry.Backoff(time.Millisecond, 32*time.Millisecond)
-	useKept := true
+	first := true
 	for range maxCASAttempts {
-		// The first attempt starts from this worker's last write, if it
-		// kept one: its revision check stands in for a read. Only a write
-		// can rely on it; a decision not to write is taken again on the
-		// record as read, and so is every later attempt.
+		// The first attempt starts from this worker's last write of the
+		// record, if it kept one, else from a direct get (any replica
+		// answers; it may lag): the write's revision check stands in for a
+		// read from the leader. Only a write can rely on such a start; a
+		// decision not to write is taken again on the record as the leader
+		// reads it, and so is every later attempt.
 		var (
-			cur  events.RunState
-			rev  uint64
-			kept bool
-			err  error
+			cur     events.RunState
+			rev     uint64
+			err     error
+			settled = true // cur is the record as the leader read it
 		)
-		if useKept {
-			cur, rev, kept = s.last.get(runID)
-			useKept = false
+		if first {
+			first = false
+			var found, ok bool
+			if cur, rev, found, ok = s.unconfirmed(ctx, runID); ok {
+				settled = false
+				if !found {
+					err = events.ErrStateNotFound
+				}
+			}
 		}
-		if !kept {
+		if settled {
 			cur, rev, err = s.Get(ctx, runID)
 		}
 		exists := err == nil
@@ -191,7 +219,7 @@ func (s *stateStore) update(ctx context.Context, runID string, create bool, fn f
 		}
 		next := cur
 		if err := fn(&next, exists); err != nil {
-			if kept {
+			if !settled {
 				s.last.forget(runID)
 				continue
 			}
@@ -225,7 +253,7 @@ func (s *stateStore) update(ctx context.Context, runID string, create bool, fn f
 			return next, nil
 		case isCASConflict(err):
 			s.last.forget(runID)
-			if kept {
+			if !settled {
 				continue // someone else wrote since: read it, at once
 			}
 			if !retry.Sleep(ctx, b.NextBackOff()) {

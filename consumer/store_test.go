@@ -138,12 +138,14 @@ func TestStateStoreWritesOnItsLastWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, other := newStateStore(res.State, nc), newStateStore(res.State, nc)
-	var reads atomic.Int64
-	sub, err := nc.Subscribe("$JS.API.STREAM.MSG.GET.>", func(*nats.Msg) { reads.Add(1) })
-	if err != nil {
-		t.Fatal(err)
+	var reads, direct atomic.Int64
+	for subject, n := range map[string]*atomic.Int64{"$JS.API.STREAM.MSG.GET.>": &reads, "$JS.API.DIRECT.GET.>": &direct} {
+		sub, err := nc.Subscribe(subject, func(*nats.Msg) { n.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
 	}
-	defer sub.Unsubscribe()
 	ctx := t.Context()
 	// readsBy runs f and returns how many leader reads it sent (the
 	// subscription sees them in order: a flush makes the count final).
@@ -173,8 +175,11 @@ func TestStateStoreWritesOnItsLastWrite(t *testing.T) {
 			update(s, func(st *events.RunState) error { st.Attempt++; return nil })
 		}
 	})
-	if n != 1 {
-		t.Fatalf("three updates in a row sent %d leader reads, want 1 (the first)", n)
+	if n != 0 || direct.Load() != 1 {
+		t.Fatalf("three updates in a row sent %d leader reads and %d direct gets, want 0 and 1 (the first)", n, direct.Load())
+	}
+	if st, _, err := s.Get(ctx, "w1"); err != nil || st.Attempt != 3 {
+		t.Fatalf("stored after three updates: %+v %v", st, err)
 	}
 
 	// Another writer's change is kept: the revision check fails and the
