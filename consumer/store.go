@@ -35,7 +35,7 @@ type stateStore struct {
 	last  lastWrites
 }
 
-// lastWrites keeps what this worker last wrote or read of each run it is
+// lastWrites keeps what this worker last wrote of each run it is
 // working on, with its revision, so that an update can compare-and-set
 // against it without first asking the bucket's stream leader: a run's
 // owner is nearly always the only writer of its record, and a leader read

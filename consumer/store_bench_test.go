@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/natsembed"
 )
 
 // BenchmarkStateStoreRunWrites: the state writes of one run as its owner
@@ -15,16 +12,7 @@ import (
 // finished), on an embedded server over loopback. go test -run '^$'
 // -bench StateStoreRunWrites -count 10 ./consumer/
 func BenchmarkStateStoreRunWrites(b *testing.B) {
-	_, nc := natsembed.RunTest(b)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	res, err := Provision(b.Context(), js, events.Names{}, ProvisionConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := newStateStore(res.State, nc)
+	s := testStore(b)
 	ctx := b.Context()
 	steps := []func(*events.RunState) error{
 		func(st *events.RunState) error {

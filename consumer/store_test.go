@@ -108,7 +108,7 @@ func TestRunStateFinished(t *testing.T) {
 }
 
 // testStore is a state store over a fresh bucket on an embedded server.
-func testStore(t *testing.T) *stateStore {
+func testStore(t testing.TB) *stateStore {
 	t.Helper()
 	_, nc := natsembed.RunTest(t)
 	js, err := jetstream.New(nc)
@@ -128,16 +128,8 @@ func testStore(t *testing.T) *stateStore {
 // record someone else wrote meanwhile is read and kept.
 func TestStateStoreWritesOnItsLastWrite(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Provision(t.Context(), js, events.Names{}, ProvisionConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, other := newStateStore(res.State, nc), newStateStore(res.State, nc)
+	s := testStore(t)
+	other, nc := newStateStore(s.kv, s.nc), s.nc
 	var reads, direct atomic.Int64
 	for subject, n := range map[string]*atomic.Int64{"$JS.API.STREAM.MSG.GET.>": &reads, "$JS.API.DIRECT.GET.>": &direct} {
 		sub, err := nc.Subscribe(subject, func(*nats.Msg) { n.Add(1) })
