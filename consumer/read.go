@@ -236,15 +236,27 @@ func (r *run) stateOutcome(err error) outcome {
 // saveResponseID records the response id durably (knowResponse, retried
 // until it lands), then announces it with run.started. A response Foundry
 // runs in the foreground (hosted agents ignore background) is announced as
-// such.
+// such. A run being cancelled stops retrying: its cancel waits for this
+// reader before it calls Foundry with the id it knows, and a store that
+// refuses writes must not delay it.
 func (r *run) saveResponseID(id string, seq int64, foreground bool) (outcome, bool) {
 	r.setResponseID(id, time.Now())
 	if foreground {
 		r.setForeground()
 	}
-	if _, err := r.persist("save the response id", func(s *events.RunState, _ bool) error {
+	ctx, giveUp := context.WithCancel(r.hard)
+	defer giveUp()
+	defer context.AfterFunc(r.ctx, func() {
+		if isCancelCause(context.Cause(r.ctx)) {
+			giveUp()
+		}
+	})()
+	if _, err := r.persistUntil(ctx, "save the response id", func(s *events.RunState, _ bool) error {
 		return knowResponse(s, r.owner, id)
 	}); err != nil {
+		if ctx.Err() != nil && r.hard.Err() == nil {
+			return outcome{err: context.Cause(r.ctx), upstreamSeq: -1}, false // the cancel calls Foundry
+		}
 		if !isDecision(err) {
 			// The run was aborted before the id could be saved anywhere: no
 			// worker will ever find this response, so it must not run on.

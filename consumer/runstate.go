@@ -211,6 +211,12 @@ func reasonOf(cause error) string {
 	}
 }
 
+// isCancelCause reports whether a run stopped for cause is cancelled
+// (interrupt hands it to cancel): a cause made by causeOf.
+func isCancelCause(cause error) bool {
+	return errors.Is(cause, ErrRunTimeout) || errors.Is(cause, ErrAbandoned) || errors.Is(cause, ErrCancelRequested)
+}
+
 func causeOf(reason string) error {
 	switch reason {
 	case events.ReasonTimeout:

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -27,14 +28,20 @@ func (r *run) claim(digest string, timeout time.Duration, answered bool) (events
 // (a decision such as errNotOwner, or an unreadable record) is returned at
 // once.
 func (r *run) persist(what string, fn func(*events.RunState, bool) error) (events.RunState, error) {
+	return r.persistUntil(r.hard, what, fn)
+}
+
+// persistUntil is persist that gives up when ctx (r.hard or a context
+// derived from it) ends.
+func (r *run) persistUntil(ctx context.Context, what string, fn func(*events.RunState, bool) error) (events.RunState, error) {
 	b := retry.Backoff(50*time.Millisecond, 2*time.Second)
 	for tries := 0; ; tries++ {
-		st, err := r.w.states.Upsert(r.hard, r.id, fn)
+		st, err := r.w.states.Upsert(ctx, r.id, fn)
 		switch {
 		case err == nil:
 			r.setState(st)
 			return st, nil
-		case isDecision(err) || errors.Is(err, events.ErrStateCorrupt) || r.hard.Err() != nil:
+		case isDecision(err) || errors.Is(err, events.ErrStateCorrupt) || ctx.Err() != nil:
 			return st, err
 		}
 		if tries%10 == 0 {
@@ -43,7 +50,7 @@ func (r *run) persist(what string, fn func(*events.RunState, bool) error) (event
 		if jserr.MissingResource(err) {
 			r.w.resourcesMissing()
 		}
-		retry.Sleep(r.hard, b.NextBackOff())
+		retry.Sleep(ctx, b.NextBackOff())
 	}
 }
 

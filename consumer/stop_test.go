@@ -275,6 +275,43 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "Ready once space is free", func() bool { return w.Ready(context.Background()) == nil })
 }
 
+// A run's deadline reaches Foundry on time even while the state bucket
+// refuses writes at the moment the response id arrives: the reader, which
+// retries saving the id until it lands, does not hold up the cancel. On
+// main before this change the response ran on until the store had room
+// again (the chaos run's "timed-out runs cancelled upstream late", after a
+// NATS restart).
+func TestDeadlineReachesFoundryWhileTheIDCannotBeSaved(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withNATS(natsembed.Config{MaxStore: 48 << 20}))
+	e.startWorker(consumer.Config{WorkerID: "full-dl", StoreFullTimeout: time.Minute})
+	req := request("full-dl", map[string]string{"emu_created_ms": "2500", "emu_tokens": "3000", "emu_token_ms": "20"})
+	req.TimeoutSeconds = 4
+	e.submit(req)
+	testkit.Eventually(t, 20*time.Second, "the create to reach the emulator", func() bool {
+		return e.emu.Stats().ResponsesByRun["full-dl"] == 1
+	})
+	filler := testkit.FillStore(t, testCtx(t), e.js)
+	st := e.state("full-dl")
+	if st.Deadline == nil || st.ResponseID != "" {
+		t.Fatalf("record %+v: want a deadline and no response id yet", st)
+	}
+	// The store is still full: the id cannot have been saved.
+	testkit.Eventually(t, time.Until(st.Deadline.Add(3*time.Second)), "the response to be cancelled upstream within 3s of the deadline", func() bool {
+		recs := e.emu.Records("full-dl")
+		return len(recs) == 1 && recs[0].Status == "cancelled"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := filler.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := checkWellFormed(t, e.collect("full-dl", 60*time.Second))
+	if last.Type != events.TypeRunCancelled || last.Reason != events.ReasonTimeout {
+		t.Fatalf("the run ended %+v, want run.cancelled timeout", last)
+	}
+}
+
 // A run's deadline is enforced within about two seconds even while its
 // owner is dead: another worker records a timeout cancel and cancels the
 // response upstream; the run ends run.cancelled timeout when its job comes
