@@ -365,17 +365,30 @@ func (w *Worker) noticeOwner(runID string, req *nats.Msg, sc trace.SpanContext, 
 }
 
 // runSpan is the span a cancel's span links to: the run's own span if this
-// worker owns the run, else the span its request was submitted under (from
-// the job's headers), else none.
+// worker owns the run or the run has stored an event (each carries the run
+// span's context; the run may have ended or moved before the request is
+// answered, since the owner also hears the cancel from the stored record),
+// else the span its request was submitted under (from the job's headers),
+// else none.
 func (w *Worker) runSpan(ctx context.Context, runID string) trace.SpanContext {
 	if r := w.owned(runID); r != nil {
 		return r.span.SpanContext()
 	}
-	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
-	if err != nil {
-		return trace.SpanContext{}
+	for _, lookup := range []func() (*jetstream.RawStreamMsg, error){
+		func() (*jetstream.RawStreamMsg, error) {
+			return w.res.Events.GetLastMsgForSubject(ctx, w.names.EventSubject(runID))
+		},
+		func() (*jetstream.RawStreamMsg, error) {
+			return w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
+		},
+	} {
+		if m, err := lookup(); err == nil {
+			if sc := trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)); sc.IsValid() {
+				return sc
+			}
+		}
 	}
-	return trace.SpanContextFromContext(tracing.Extract(context.Background(), job.Header))
+	return trace.SpanContext{}
 }
 
 // cancelNotTaken ends a run that no worker has taken (endJobless): the

@@ -285,8 +285,10 @@ func TestDeadlineReachesFoundryWhileTheIDCannotBeSaved(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withNATS(natsembed.Config{MaxStore: 48 << 20}))
 	e.startWorker(consumer.Config{WorkerID: "full-dl", StoreFullTimeout: time.Minute})
-	req := request("full-dl", map[string]string{"emu_created_ms": "2500", "emu_tokens": "3000", "emu_token_ms": "20"})
-	req.TimeoutSeconds = 4
+	// Foundry answers response.created 8s after the create: time to fill
+	// the store on a loaded machine before the id arrives.
+	req := request("full-dl", map[string]string{"emu_created_ms": "8000", "emu_tokens": "3000", "emu_token_ms": "20"})
+	req.TimeoutSeconds = 10
 	e.submit(req)
 	testkit.Eventually(t, 20*time.Second, "the create to reach the emulator", func() bool {
 		return e.emu.Stats().ResponsesByRun["full-dl"] == 1

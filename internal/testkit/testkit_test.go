@@ -102,9 +102,10 @@ func TestWaitHTTP(t *testing.T) {
 		t.Fatalf("WaitHTTP = %q after %d calls", body, calls.Load())
 	}
 
+	// Long enough for a loaded machine to answer at least once.
 	f := &fatalTB{TB: t}
-	WaitHTTP(f, 50*time.Millisecond, srv.URL, http.StatusTeapot, "")
-	if want := fmt.Sprintf(`GET %s: 200 "ok" after 50ms, want 418 with ""`, srv.URL); f.msg != want {
+	WaitHTTP(f, 2*time.Second, srv.URL, http.StatusTeapot, "")
+	if want := fmt.Sprintf(`GET %s: 200 "ok" after 2s, want 418 with ""`, srv.URL); f.msg != want {
 		t.Fatalf("Fatalf(%q), want %q", f.msg, want)
 	}
 }
