@@ -115,6 +115,8 @@ func TestNewerFields(t *testing.T) {
 		{"known field in capitals", `{"run_id":"r1","model":"m","input":"x","Priority":"high"}`, nil},
 		{"agent field in capitals", `{"run_id":"r1","agent":{"Name":"a"},"input":"x"}`, nil},
 		{"not JSON", `{"run_id":`, nil},
+		{"newer field and a known one twice", `{"run_id":"r1","model":"m","model":"n","input":"x","speed":1}`, nil},
+		{"newer field twice", `{"run_id":"r1","model":"m","input":"x","speed":1,"speed":2}`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,4 +188,29 @@ func TestSubmitSendsFairnessAsHeaders(t *testing.T) {
 	if _, err := e.res.Runs.GetLastMsgForSubject(ctx, e.names.RunSubject(bad.RunID)); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("a refused request was stored: %v", err)
 	}
+}
+
+// NewerFields takes bytes from outside: it never panics, and what it
+// names are exactly the fields DecodeRunMsg refuses as unknown, the rest
+// of the request being valid.
+func FuzzNewerFields(f *testing.F) {
+	for _, s := range []string{
+		`{"run_id":"r1","model":"m","input":"x","speed":"fast"}`,
+		`{"run_id":"r1","agent":{"name":"a","label":"x"},"input":"x","z":[1]}`,
+		`{"run_id":"r1","model":"m","input":"x","Model":"n"}`,
+		`{"run_id":"r1","model":"m","input":"x","priority":"high","fairness_key":"k","a":null}`,
+		`{"run_id":"r1","model":"m","input":"x","a":1,"a":2}`, `[]`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	n := events.Names{}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fields := events.NewerFields(n.RunSubject("r1"), data, n)
+		if fields == nil {
+			return
+		}
+		if _, err := events.DecodeRunMsg(n.RunSubject("r1"), data, n); !errors.Is(err, events.ErrUnknownField) {
+			t.Fatalf("NewerFields = %q for a request DecodeRunMsg answers %v", fields, err)
+		}
+	})
 }

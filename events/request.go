@@ -596,32 +596,41 @@ func NewerFields(subject string, data []byte, n Names) []string {
 		return nil
 	}
 	var unknown []string
-	strip := func(obj map[string]json.RawMessage, path string, known map[string]bool) bool {
+	// strip deletes obj's unknown keys and returns the known ones with
+	// them, to look for keys given twice.
+	strip := func(obj map[string]json.RawMessage, path string, known map[string]bool) (map[string]bool, bool) {
+		all := maps.Clone(known)
 		for k := range obj {
 			if known[k] {
 				continue
 			}
 			for name := range known {
 				if strings.EqualFold(k, name) {
-					return false
+					return nil, false
 				}
 			}
 			unknown = append(unknown, path+truncate(k))
+			all[k] = true
 			delete(obj, k)
 		}
-		return true
+		return all, true
 	}
-	if !strip(top, "", requestFields) {
+	topKeys, ok := strip(top, "", requestFields)
+	if !ok {
 		return nil
 	}
+	nested := map[string]map[string]bool{}
 	if raw, ok := top["agent"]; ok && isObject(raw) {
 		var agent map[string]json.RawMessage
-		if json.Unmarshal(raw, &agent) != nil || !strip(agent, "agent.", agentFields) {
+		if json.Unmarshal(raw, &agent) != nil {
+			return nil
+		}
+		if nested["agent"], ok = strip(agent, "agent.", agentFields); !ok {
 			return nil
 		}
 		top["agent"], _ = json.Marshal(agent)
 	}
-	if len(unknown) == 0 {
+	if len(unknown) == 0 || checkExactKeys(data, topKeys, nested) != nil {
 		return nil
 	}
 	rest, err := json.Marshal(top)
