@@ -152,6 +152,7 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	var raw map[string]map[string]any
 	_ = json.Unmarshal([]byte(stdout), &raw)
+	checkTargets(t, stdout, map[string]int{"latency": 3, "relay": 1, "cancel": 6, "memory": 1, "ablation": 2})
 	for _, sec := range []string{"relay", "raw_publish"} {
 		if r, ok := raw[sec]["ratio"].(float64); !ok || r <= 0 {
 			t.Errorf("%s.ratio = %v, want a positive number", sec, raw[sec]["ratio"])
@@ -237,6 +238,49 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 }
 
+// targetRow is a target of the bench's JSON.
+type targetRow struct {
+	What     string  `json:"what"`
+	Measured float64 `json:"measured"`
+	Max      float64 `json:"max"`
+	Unit     string  `json:"unit"`
+	Met      bool    `json:"met"`
+}
+
+// checkTargets checks that each key of want carries want[key] targets,
+// each met exactly when its measured figure is within its maximum, and a
+// met flag that is true exactly when all of them are met.
+func checkTargets(t *testing.T, stdout string, want map[string]int) {
+	t.Helper()
+	var secs map[string]struct {
+		Targets []targetRow `json:"targets"`
+		Met     *bool       `json:"met"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &secs); err != nil {
+		t.Fatal(err)
+	}
+	for key, n := range want {
+		sec, ok := secs[key]
+		if !ok || sec.Met == nil || len(sec.Targets) != n {
+			t.Errorf("%s: %d targets, met %v; want %d targets and a met flag", key, len(sec.Targets), sec.Met, n)
+			continue
+		}
+		all := true
+		for _, tg := range sec.Targets {
+			if tg.What == "" || tg.Unit == "" || tg.Max < 0 || (tg.Max == 0 && tg.Unit != "runs") || tg.Met != (tg.Measured <= tg.Max) {
+				t.Errorf("%s: target %+v", key, tg)
+			}
+			all = all && tg.Met
+		}
+		if *sec.Met != all {
+			t.Errorf("%s: met %v, but its targets' verdicts are %+v", key, *sec.Met, sec.Targets)
+		}
+		for _, tg := range sec.Targets {
+			t.Logf("target, %s: %s: %.2f %s (max %g): met %v", key, tg.What, tg.Measured, tg.Unit, tg.Max, tg.Met)
+		}
+	}
+}
+
 // memoryRow is a row of the memory phase's JSON.
 type memoryRow struct {
 	Runs       int     `json:"runs"`
@@ -293,4 +337,77 @@ func TestBenchMemoryTransports(t *testing.T) {
 	if code, _, stderr := runCmd(t, ctx, "bench", "--h2c", "--http1"); code != 2 || !strings.Contains(stderr, "exclude each other") {
 		t.Errorf("--h2c --http1: exit %d, %s", code, stderr)
 	}
+}
+
+// TestBenchScale runs the scale phase alone at two tiny loads (its workers
+// are this test binary acting as foundryq; the three-node cluster runs in
+// the bench's own process): every run streams on one of the three workers,
+// the figures of each load are there, and the targets' verdicts follow
+// from the figures. The ratios of two tiny loads are noise: their verdict
+// is not checked here.
+func TestBenchScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster, the emulator and three workers twice (about 30 s)")
+	}
+	t.Setenv(benchChildEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	code, stdout, stderr := runCmd(t, ctx, "bench", "--json", "--phases", "scale", "--scale-runs", "24,60", "--scale-token-delay", "500ms")
+	t.Logf("bench --phases scale took %s; progress and table:\n%s", time.Since(start).Round(time.Second), stderr)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var rep struct {
+		Scale struct {
+			Nodes, Workers, Replicas int
+			Points                   []struct {
+				Runs          int     `json:"runs"`
+				PerWorker     []int   `json:"runs_per_worker"`
+				RSS           float64 `json:"rss_kib_per_run"`
+				Goroutines    float64 `json:"goroutines_per_run"`
+				Tokens        int     `json:"tokens"`
+				CPU           float64 `json:"worker_cpu_us_per_token"`
+				Cluster       float64 `json:"cluster_cpu_us_per_token"`
+				LostOwnership int     `json:"lost_ownership"`
+				Start         struct {
+					N   int     `json:"n"`
+					P50 float64 `json:"p50_ms"`
+				} `json:"start"`
+			} `json:"points"`
+			RSSRatio float64 `json:"rss_ratio"`
+			CPURatio float64 `json:"cpu_ratio"`
+			Target   float64 `json:"target_max_ratio"`
+		} `json:"scale"`
+		Memory struct {
+			Points []memoryRow `json:"points"`
+		} `json:"memory"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	sc := rep.Scale
+	if sc.Nodes != 3 || sc.Workers != 3 || sc.Replicas != 3 || sc.Target != 1.1 || sc.RSSRatio <= 0 || sc.CPURatio <= 0 {
+		t.Errorf("scale %+v", sc)
+	}
+	if len(sc.Points) != 2 || sc.Points[0].Runs != 24 || sc.Points[1].Runs != 60 {
+		t.Fatalf("scale points %+v", sc.Points)
+	}
+	for _, p := range sc.Points {
+		sum := 0
+		for _, n := range p.PerWorker {
+			sum += n
+		}
+		// Every run started on one of the three workers, each run's tokens
+		// flowed during the window (2 s, a token every 500 ms: about 4 a
+		// run), and no run changed hands.
+		if len(p.PerWorker) != 3 || sum != p.Runs || p.RSS <= 0 || p.Goroutines <= 0 || p.Tokens < p.Runs || p.CPU <= 0 ||
+			p.Cluster <= 0 || p.LostOwnership != 0 || p.Start.N != p.Runs || p.Start.P50 <= 0 {
+			t.Errorf("scale point %+v", p)
+		}
+	}
+	if len(rep.Memory.Points) != 0 {
+		t.Errorf("phases other than scale ran: memory %+v", rep.Memory.Points)
+	}
+	checkTargets(t, stdout, map[string]int{"scale": 4})
 }
