@@ -167,8 +167,8 @@ func printReport(w io.Writer, r bench.Report) {
 		for _, pt := range sc.Points {
 			fmt.Fprintf(tw, "scale at %d runs (%d workers %v, %d nodes, R%d, a token every %gs): RSS / heap per run, goroutines per run\t%.1f / %.1f KiB, %.2f\t\t\n",
 				pt.Runs, sc.Workers, pt.RunsPerWorker, sc.Nodes, sc.Replicas, sc.TokenDelayMS/1000, pt.RSSPerRun, pt.HeapPerRun, pt.GoroutinesPerRun)
-			fmt.Fprintf(tw, "scale at %d runs: worker CPU per token (%d tokens in %gs); cluster CPU per token\t%.1f µs; %.1f µs\t\t\n",
-				pt.Runs, pt.Tokens, sc.WindowS, pt.WorkerCPUPerToken, pt.ClusterCPUPerToken)
+			fmt.Fprintf(tw, "scale at %d runs: worker CPU per token (%d tokens in %gs, idle %.3f cores out); cluster CPU per token\t%.1f µs; %.1f µs\t\t\n",
+				pt.Runs, pt.Tokens, sc.WindowS, pt.WorkerIdleCores, pt.WorkerCPUPerToken, pt.ClusterCPUPerToken)
 			fmt.Fprintf(tw, "scale at %d runs: submit to run.started p50 / p99; runs that lost ownership\t%.0f / %.0f ms; %d\t\t\n",
 				pt.Runs, pt.Start.P50, pt.Start.P99, pt.LostOwnership)
 		}

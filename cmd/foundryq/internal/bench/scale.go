@@ -62,9 +62,16 @@ type ScalePoint struct {
 	GoroutinesPerRun float64 `json:"goroutines_per_run"`
 	// Tokens: text.delta events stored over the window (one token each at
 	// this pace); WorkerCPUPerToken: the workers' CPU µs over the window
-	// per token.
-	Tokens            int     `json:"tokens"`
-	WorkerCPUPerToken float64 `json:"worker_cpu_us_per_token"`
+	// per token, their idle use (WorkerIdleCores, measured over a token
+	// period before the runs came, a token period after the workers were
+	// ready) taken out, so that what a load costs does not shrink with the
+	// load only because the idle workers' timers are shared by more
+	// tokens; at tiny loads the idle use's noise can make it negative.
+	// WorkerCPUPerTokenGross leaves the idle use in.
+	Tokens                 int     `json:"tokens"`
+	WorkerIdleCores        float64 `json:"worker_idle_cores"`
+	WorkerCPUPerToken      float64 `json:"worker_cpu_us_per_token"`
+	WorkerCPUPerTokenGross float64 `json:"worker_cpu_us_per_token_gross"`
 	// ClusterCPUPerToken: the bench's own process's CPU µs per token over
 	// the window: the three NATS nodes, with the bench's client and the
 	// watcher that follows every run.
@@ -196,11 +203,35 @@ func (b *bench) scaleAt(ctx context.Context, ss *scaleSystem, n int) (ScalePoint
 		}
 		ss.workers, ss.metrics, ss.ids = append(ss.workers, w), append(ss.metrics, metrics), append(ss.ids, id)
 	}
-	idle, idleGo, err := b.scaleUsage(ctx, ss)
+	// A token period for the workers' start-up to settle, then one
+	// measured: their idle use.
+	select {
+	case <-time.After(c.ScaleTokenDelay): // their start-up's CPU is not idle use
+	case <-ctx.Done():
+		return pt, ctx.Err()
+	}
+	// Each /metrics scrape costs a worker CPU: the scrapes come before a
+	// window's first CPU reading or after its last.
+	idleGo, err := b.scaleGoStats(ctx, ss)
+	if err != nil {
+		return pt, err
+	}
+	idle, err := ss.usage()
 	if err != nil {
 		return pt, err
 	}
 	pt.IdleRSSBytes = idle.RSS
+	idleFrom := time.Now()
+	select {
+	case <-time.After(c.ScaleTokenDelay): // the span measured, not a wait for a condition
+	case <-ctx.Done():
+		return pt, ctx.Err()
+	}
+	idleEnd, err := ss.usage()
+	if err != nil {
+		return pt, err
+	}
+	pt.WorkerIdleCores = (idleEnd.CPU - idle.CPU).Seconds() / time.Since(idleFrom).Seconds()
 
 	prefix := b.prefix("scale")
 	ids, asked, err := submitTimed(ctx, ss.client, prefix, n, streamMD(foundrytest.MaxScenarioTokens, c.ScaleTokenDelay))
@@ -224,24 +255,28 @@ func (b *bench) scaleAt(ctx context.Context, ss *scaleSystem, n int) (ScalePoint
 	case <-ctx.Done():
 		return pt, ctx.Err()
 	}
-	u0, _, err := b.scaleUsage(ctx, ss)
+	u0, err := ss.usage()
 	if err != nil {
 		return pt, err
 	}
-	self0, t0 := selfCPU(), time.Now().UnixNano()
+	self0, t0 := selfCPU(), time.Now()
 	select {
 	case <-time.After(c.ScaleWindow): // the span measured, not a wait for a condition
 	case <-ctx.Done():
 		return pt, ctx.Err()
 	}
-	u1, gs, err := b.scaleUsage(ctx, ss)
+	u1, err := ss.usage()
 	if err != nil {
 		return pt, err
 	}
-	self1, t1 := selfCPU(), time.Now().UnixNano()
+	self1, t1 := selfCPU(), time.Now()
+	gs, err := b.scaleGoStats(ctx, ss)
+	if err != nil {
+		return pt, err
+	}
 	for _, id := range ids {
 		for _, rc := range ss.watch.receipts(id) {
-			if rc.At >= t0 && rc.At < t1 {
+			if rc.At >= t0.UnixNano() && rc.At < t1.UnixNano() {
 				pt.Tokens++
 			}
 		}
@@ -251,12 +286,13 @@ func (b *bench) scaleAt(ctx context.Context, ss *scaleSystem, n int) (ScalePoint
 	pt.HeapPerRun = float64(gs.HeapInuse-idleGo.HeapInuse) / 1024 / float64(n)
 	pt.GoroutinesPerRun = float64(gs.Goroutines-idleGo.Goroutines) / float64(n)
 	if pt.Tokens > 0 {
-		pt.WorkerCPUPerToken = us(u1.CPU-u0.CPU) / float64(pt.Tokens)
+		pt.WorkerCPUPerTokenGross = us(u1.CPU-u0.CPU) / float64(pt.Tokens)
+		pt.WorkerCPUPerToken = us(u1.CPU-u0.CPU-idleCPU(pt.WorkerIdleCores, t1.Sub(t0))) / float64(pt.Tokens)
 		pt.ClusterCPUPerToken = us(self1-self0) / float64(pt.Tokens)
 	}
 	pt.RunsPerWorker = runsPerWorker(ss, ids)
-	b.progress("scale: %d runs (per worker %v): RSS %.1f KiB/run, heap %.1f KiB/run, %.2f goroutines/run; worker CPU %.1f µs/token over %d tokens; cluster %.1f µs/token; start p50 %.0f ms p99 %.0f ms",
-		n, pt.RunsPerWorker, pt.RSSPerRun, pt.HeapPerRun, pt.GoroutinesPerRun, pt.WorkerCPUPerToken, pt.Tokens, pt.ClusterCPUPerToken, pt.Start.P50, pt.Start.P99)
+	b.progress("scale: %d runs (per worker %v): RSS %.1f KiB/run, heap %.1f KiB/run, %.2f goroutines/run; worker CPU %.1f µs/token over %d tokens (idle %.3f cores out); cluster %.1f µs/token; start p50 %.0f ms p99 %.0f ms",
+		n, pt.RunsPerWorker, pt.RSSPerRun, pt.HeapPerRun, pt.GoroutinesPerRun, pt.WorkerCPUPerToken, pt.Tokens, pt.WorkerIdleCores, pt.ClusterCPUPerToken, pt.Start.P50, pt.Start.P99)
 	b.progress("scale: cancelling the %d runs", n)
 	if err := cancelEach(ctx, ss.client, ss.watch, ids, limit); err != nil {
 		return pt, err
@@ -271,26 +307,33 @@ func (b *bench) scaleAt(ctx context.Context, ss *scaleSystem, n int) (ScalePoint
 	return pt, nil
 }
 
-// scaleUsage sums the workers' CPU, RSS and Go figures.
-func (b *bench) scaleUsage(ctx context.Context, ss *scaleSystem) (ProcUsage, GoStats, error) {
+// usage sums the workers' CPU and RSS.
+func (ss *scaleSystem) usage() (ProcUsage, error) {
 	var u ProcUsage
-	var g GoStats
-	for i, w := range ss.workers {
+	for _, w := range ss.workers {
 		wu, err := w.usage()
 		if err != nil {
-			return u, g, err
-		}
-		gs, err := readGoStats(ctx, b.sys.hc, ss.metrics[i])
-		if err != nil {
-			return u, g, err
+			return u, err
 		}
 		u.CPU += wu.CPU
 		u.RSS += wu.RSS
+	}
+	return u, nil
+}
+
+// scaleGoStats sums the workers' heap, stacks and goroutines.
+func (b *bench) scaleGoStats(ctx context.Context, ss *scaleSystem) (GoStats, error) {
+	var g GoStats
+	for _, m := range ss.metrics {
+		gs, err := readGoStats(ctx, b.sys.hc, m)
+		if err != nil {
+			return g, err
+		}
 		g.HeapInuse += gs.HeapInuse
 		g.StackInuse += gs.StackInuse
 		g.Goroutines += gs.Goroutines
 	}
-	return u, g, nil
+	return g, nil
 }
 
 // runsPerWorker counts the runs of ids each worker started, from their
