@@ -127,6 +127,10 @@ func printReport(w io.Writer, r bench.Report) {
 		fmt.Fprintf(tw, "relay: NATS CPU per stored event (%d events)\t%.2f µs\t\t\n", rl.EventsStored, rl.NATSCPUPerEvent)
 		fmt.Fprintf(tw, "relay: NATS CPU per run of one token (%.1f events); per further event (idle %.3f cores out)\t%.0f µs; %.2f µs\t\t\n", rl.EventsPerShortRun, rl.NATSIdleCores, rl.NATSCPUPerRun, rl.NATSCPUPerFurtherEvent)
 		fmt.Fprintf(tw, "relay: emulator CPU per token (for scale)\t%.2f µs\t\t\n", rl.EmulatorCPUPerToken)
+		for _, l := range rl.Loads {
+			fmt.Fprintf(tw, "relay: worker CPU per token (%d runs x %d tokens, a token every %gms)\t%.2f µs\tbare reader %.2f µs\t%.2f\n",
+				l.Runs, l.Tokens, l.TokenDelayMS, l.WorkerCPUPerToken, l.ReaderCPUPerToken, l.Ratio)
+		}
 	}
 	for _, pt := range r.Memory.Points {
 		fmt.Fprintf(tw, "memory at %d runs, worker over %s (%s): RSS / heap / stacks per run, goroutines per run\t%.1f / %.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",

@@ -59,6 +59,12 @@ func TestBenchQuickJSON(t *testing.T) {
 		Relay struct {
 			Worker, Reader, Ratio, NATS float64
 			Tokens                      int `json:"tokens_relayed"`
+			Loads                       []struct {
+				Runs   int     `json:"runs"`
+				Worker float64 `json:"worker_cpu_us_per_token"`
+				Reader float64 `json:"reader_cpu_us_per_token"`
+				Ratio  float64 `json:"ratio"`
+			} `json:"loads"`
 		} `json:"relay"`
 		Raw struct {
 			Raw      float64 `json:"raw_msgs_per_s"`
@@ -152,7 +158,7 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	var raw map[string]map[string]any
 	_ = json.Unmarshal([]byte(stdout), &raw)
-	checkTargets(t, stdout, map[string]int{"latency": 3, "relay": 1, "cancel": 6, "memory": 1, "ablation": 2})
+	checkTargets(t, stdout, map[string]int{"latency": 3, "relay": 3, "cancel": 6, "memory": 1, "ablation": 2})
 	for _, sec := range []string{"relay", "raw_publish"} {
 		if r, ok := raw[sec]["ratio"].(float64); !ok || r <= 0 {
 			t.Errorf("%s.ratio = %v, want a positive number", sec, raw[sec]["ratio"])
@@ -160,6 +166,15 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	if w, ok := raw["relay"]["worker_cpu_us_per_token"].(float64); !ok || w <= 0 || w > 100_000 {
 		t.Errorf("relay.worker_cpu_us_per_token = %v", raw["relay"]["worker_cpu_us_per_token"])
+	}
+	// The quick run's further relay loads: 100 and 300 runs.
+	if ls := rep.Relay.Loads; len(ls) != 2 || ls[0].Runs != 100 || ls[1].Runs != 300 {
+		t.Errorf("relay loads %+v", ls)
+	}
+	for _, l := range rep.Relay.Loads {
+		if l.Worker <= 0 || l.Reader <= 0 || l.Ratio <= 0 {
+			t.Errorf("relay load %+v", l)
+		}
 	}
 	if rep.Raw.Raw <= 0 || rep.Raw.Foundryq <= 0 || rep.Latency.Max <= 0 {
 		t.Errorf("rates: raw %v, foundryq %v, max %v", rep.Raw.Raw, rep.Raw.Foundryq, rep.Latency.Max)

@@ -70,6 +70,11 @@ type Config struct {
 	// 40 of 60), 20ms.
 	RelayRuns, RelayTokens int
 	RelayTokenDelay        time.Duration
+	// RelayLoads are further loads of the relay phase, at which only the
+	// worker's CPU per token and the bare reader's are measured. Default
+	// 1,000 runs x 250 tokens at 20ms and 5,000 x 60 at 100ms (quick: 100
+	// x 60 at 20ms and 300 x 20 at 100ms).
+	RelayLoads []RelayLoad
 	// CancelFractions are the loads of the cancel phase. Default 0.5, 1.
 	CancelFractions []float64
 	// CancelSpread is the time over which the measured cancels are sent.
@@ -108,6 +113,13 @@ type Config struct {
 	Phases []string
 	// MaxRuns caps the runs of a latency or cancel load. Default 3,000.
 	MaxRuns int
+}
+
+// RelayLoad is a load of the relay phase: Runs runs of Tokens tokens, a
+// token every TokenDelay.
+type RelayLoad struct {
+	Runs, Tokens int
+	TokenDelay   time.Duration
 }
 
 // withDefaults fills in every zero field.
@@ -149,6 +161,12 @@ func (c Config) withDefaults() Config {
 	pick(&c.RelayRuns, 200, 40)
 	pick(&c.RelayTokens, 200, 60)
 	pickD(&c.RelayTokenDelay, 20*time.Millisecond, 20*time.Millisecond)
+	if c.RelayLoads == nil {
+		c.RelayLoads = []RelayLoad{{1000, 250, 20 * time.Millisecond}, {5000, 60, 100 * time.Millisecond}}
+		if c.Quick {
+			c.RelayLoads = []RelayLoad{{100, 60, 20 * time.Millisecond}, {300, 20, 100 * time.Millisecond}}
+		}
+	}
 	if c.CancelFractions == nil {
 		c.CancelFractions = []float64{0.5, 1}
 	}
@@ -193,6 +211,11 @@ func (c Config) validate() error {
 	for _, n := range c.MemoryRuns {
 		if n < 1 {
 			return fmt.Errorf("loadtest: MemoryRuns must be at least 1, got %d", n)
+		}
+	}
+	for _, l := range c.RelayLoads {
+		if l.Runs < 1 || l.Tokens < 1 || l.TokenDelay < time.Millisecond {
+			return fmt.Errorf("loadtest: RelayLoads %+v: runs and tokens at least 1, token delay at least 1ms", l)
 		}
 	}
 	for _, n := range c.ScaleRuns {
@@ -275,6 +298,9 @@ func (c Config) workerConcurrency() int {
 	n := max(c.ThroughputRuns, c.RelayRuns, c.MaxRuns, 2*c.WasteRuns, c.ToolCancelRuns, c.WaitingRuns)
 	for _, m := range c.MemoryRuns {
 		n = max(n, m)
+	}
+	for _, l := range c.RelayLoads {
+		n = max(n, l.Runs)
 	}
 	return n + 64
 }

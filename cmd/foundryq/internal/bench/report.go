@@ -111,10 +111,24 @@ type RelayReport struct {
 	NATSCPUPerFurtherEvent float64 `json:"nats_cpu_us_per_further_event"`
 	// EmulatorCPUPerToken: the emulator's CPU µs per generated token, for
 	// scale.
-	EmulatorCPUPerToken float64  `json:"emulator_cpu_us_per_token"`
-	Target              float64  `json:"target_max_ratio"`
-	Targets             []Target `json:"targets"`
-	Met                 bool     `json:"met"`
+	EmulatorCPUPerToken float64 `json:"emulator_cpu_us_per_token"`
+	// Loads: the worker's CPU per token against the bare reader's at
+	// Config.RelayLoads, each held to the target too.
+	Loads   []RelayLoadPoint `json:"loads"`
+	Target  float64          `json:"target_max_ratio"`
+	Targets []Target         `json:"targets"`
+	Met     bool             `json:"met"`
+}
+
+// RelayLoadPoint is the worker's CPU per token and the bare reader's at
+// one of Config.RelayLoads.
+type RelayLoadPoint struct {
+	Runs              int     `json:"runs"`
+	Tokens            int     `json:"tokens_per_run"`
+	TokenDelayMS      float64 `json:"token_delay_ms"`
+	WorkerCPUPerToken float64 `json:"worker_cpu_us_per_token"`
+	ReaderCPUPerToken float64 `json:"reader_cpu_us_per_token"`
+	Ratio             float64 `json:"ratio"`
 }
 
 // RawReport: raw JetStream async publishing against foundryq's event rate

@@ -427,9 +427,51 @@ func (b *bench) relay(ctx context.Context) error {
 	if r.ReaderCPUPerToken > 0 {
 		r.Ratio = r.WorkerCPUPerToken / r.ReaderCPUPerToken
 	}
-	r.finish()
+	defer r.finish()
 	b.progress("relay cost: worker %.1fµs/token, bare reader %.1fµs/token (ratio %.2f), NATS %.1fµs/event", r.WorkerCPUPerToken, r.ReaderCPUPerToken, r.Ratio, r.NATSCPUPerEvent)
+	for _, l := range c.RelayLoads {
+		pt, err := b.relayLoad(ctx, l)
+		if err != nil {
+			return err
+		}
+		r.Loads = append(r.Loads, pt)
+	}
 	return nil
+}
+
+// relayLoad measures the worker's CPU per token at load l, then the bare
+// reader's on the same streams.
+func (b *bench) relayLoad(ctx context.Context, l RelayLoad) (RelayLoadPoint, error) {
+	pt := RelayLoadPoint{Runs: l.Runs, Tokens: l.Tokens, TokenDelayMS: ms(l.TokenDelay)}
+	b.progress("relay cost: %d runs x %d tokens, a token every %s", l.Runs, l.Tokens, l.TokenDelay)
+	w0, err := b.sys.worker.usage()
+	if err != nil {
+		return pt, err
+	}
+	ids, err := b.submit(ctx, b.prefix("relayload"), l.Runs, streamMD(l.Tokens, l.TokenDelay))
+	if err != nil {
+		return pt, err
+	}
+	if err := b.sys.watch.waitAll(ctx, ids, events.TypeRunCompleted, 5*time.Minute); err != nil {
+		return pt, err
+	}
+	w1, err := b.sys.worker.usage()
+	if err != nil {
+		return pt, err
+	}
+	pt.WorkerCPUPerToken = us(w1.CPU-w0.CPU) / float64(l.Runs*l.Tokens)
+	res, err := b.runReader(ctx, ReaderConfig{Prefix: b.prefix("relayloadreader"), Runs: l.Runs, Tokens: l.Tokens, TokenDelay: l.TokenDelay})
+	if err != nil {
+		return pt, err
+	}
+	if res.Tokens > 0 {
+		pt.ReaderCPUPerToken = us(time.Duration(res.CPU)) / float64(res.Tokens)
+	}
+	if pt.ReaderCPUPerToken > 0 {
+		pt.Ratio = pt.WorkerCPUPerToken / pt.ReaderCPUPerToken
+	}
+	b.progress("relay cost: worker %.1fµs/token, bare reader %.1fµs/token (ratio %.2f)", pt.WorkerCPUPerToken, pt.ReaderCPUPerToken, pt.Ratio)
+	return pt, nil
 }
 
 // natsIdle measures the cores the NATS process uses over two seconds with

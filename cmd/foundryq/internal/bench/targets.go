@@ -96,5 +96,10 @@ func (r *RelayReport) finish() {
 	if r.Ratio > 0 {
 		r.Targets = append(r.Targets, newTarget(fmt.Sprintf("worker CPU per token over the bare reader's (%d runs)", r.Runs), round2(r.Ratio), TargetRelayRatio, "x"))
 	}
+	for _, l := range r.Loads {
+		if l.Ratio > 0 {
+			r.Targets = append(r.Targets, newTarget(fmt.Sprintf("worker CPU per token over the bare reader's (%d runs x %d tokens, a token every %gms)", l.Runs, l.Tokens, l.TokenDelayMS), round2(l.Ratio), TargetRelayRatio, "x"))
+		}
+	}
 	r.Met = allMet(r.Targets)
 }

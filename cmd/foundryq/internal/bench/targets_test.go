@@ -92,6 +92,13 @@ func TestRelayAndAblationTargets(t *testing.T) {
 	if r.Met || r.Target != 1.2 {
 		t.Errorf("relay %+v", r)
 	}
+	r.Ratio = 1.1
+	r.Loads = []RelayLoadPoint{{Runs: 1000, Ratio: 1.19}, {Runs: 5000, Ratio: 1.3}, {Runs: 9000}} // the last not measured
+	r.finish()
+	sameVerdicts(t, "relay at its loads", r.Targets, true, true, false)
+	if r.Met {
+		t.Errorf("1.3x at 5,000 runs met: %+v", r)
+	}
 	ar := AblationReport{Target: TargetAblationRatio, WorkerCPURatio: 1.1, Rows: []AblationRow{
 		{Variant: "foundryq", NATSCPUPerEvent: 6},
 		{Variant: "raw", NATSCPUPerEvent: 4},
