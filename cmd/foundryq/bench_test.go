@@ -367,6 +367,11 @@ func TestBenchScale(t *testing.T) {
 	t.Setenv(benchChildEnv, "1")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	for _, bad := range [][]string{{"--scale-runs", "100,x"}, {"--scale-runs", "0"}, {"--scale-token-delay", "1ms"}} {
+		if code, _, stderr := runCmd(t, ctx, append([]string{"bench", "--phases", "scale"}, bad...)...); code != 2 || !strings.Contains(stderr, bad[0]) {
+			t.Errorf("%v: exit %d, %s", bad, code, stderr)
+		}
+	}
 	start := time.Now()
 	code, stdout, stderr := runCmd(t, ctx, "bench", "--json", "--phases", "scale", "--scale-runs", "30,90", "--scale-token-delay", "500ms")
 	t.Logf("bench --phases scale took %s; progress and table:\n%s", time.Since(start).Round(time.Second), stderr)
@@ -380,6 +385,7 @@ func TestBenchScale(t *testing.T) {
 				Runs          int     `json:"runs"`
 				PerWorker     []int   `json:"runs_per_worker"`
 				RSS           float64 `json:"rss_kib_per_run"`
+				RSSBytes      int64   `json:"rss_bytes"`
 				Goroutines    float64 `json:"goroutines_per_run"`
 				Tokens        int     `json:"tokens"`
 				CPU           float64 `json:"worker_cpu_us_per_token"`
@@ -409,7 +415,7 @@ func TestBenchScale(t *testing.T) {
 		t.Errorf("phases other than scale ran: memory %+v", rep.Memory.Points)
 	}
 	sc := rep.Scale
-	if sc.Nodes != 3 || sc.Workers != 3 || sc.Replicas != 3 || sc.Target != 1.1 || sc.RSSRatio <= 0 {
+	if sc.Nodes != 3 || sc.Workers != 3 || sc.Replicas != 3 || sc.Target != 1.1 {
 		t.Errorf("scale %+v", sc)
 	}
 	if len(sc.Points) != 2 || sc.Points[0].Runs != 30 || sc.Points[1].Runs != 90 {
@@ -422,25 +428,25 @@ func TestBenchScale(t *testing.T) {
 		}
 		// Every run started on one of the three workers, each run's tokens
 		// flowed during the window (2 s, a token every 500 ms: about 4 a
-		// run), and no run changed hands. With the workers' idle use taken
-		// out of their CPU, the noise of tiny loads could outweigh the
-		// load's cost: only the gross figure must be positive.
-		if len(p.PerWorker) != 3 || sum != p.Runs || p.RSS <= 0 || p.Goroutines <= 0 || p.Tokens < p.Runs || p.Gross <= 0 ||
+		// run), and no run changed hands. The per-run figures of tiny loads
+		// are noise (RSS growth, the workers' idle CPU taken out): only
+		// the gross figures must be positive.
+		if len(p.PerWorker) != 3 || sum != p.Runs || p.RSSBytes <= 0 || p.Goroutines <= 0 || p.Tokens < p.Runs || p.Gross <= 0 ||
 			p.Idle < 0 || p.CPU > p.Gross || p.Cluster <= 0 || p.LostOwnership != 0 || p.Start.N != p.Runs || p.Start.P50 <= 0 {
 			t.Errorf("scale point %+v", p)
 		}
 	}
-	// The two ratio targets when both loads' CPU per token (idle out) is
-	// positive, and one per load for the runs that lost their ownership;
-	// without the ratios, scale is not met.
-	if sc.Points[0].CPU <= 0 || sc.Points[1].CPU <= 0 {
-		if sc.Met || len(sc.Targets) != 2 || sc.CPURatio != 0 {
-			t.Errorf("no CPU ratio: met %v, targets %+v, cpu_ratio %v", sc.Met, sc.Targets, sc.CPURatio)
+	// The two ratio targets when both loads' RSS and CPU (idle out) per
+	// run are positive, and one per load for the runs that lost their
+	// ownership; without the ratios, scale is not met.
+	if p0, p1 := sc.Points[0], sc.Points[1]; p0.CPU <= 0 || p1.CPU <= 0 || p0.RSS <= 0 || p1.RSS <= 0 {
+		if sc.Met || len(sc.Targets) != 2 || sc.CPURatio != 0 || sc.RSSRatio != 0 {
+			t.Errorf("no ratios: met %v, targets %+v, ratios %v %v", sc.Met, sc.Targets, sc.RSSRatio, sc.CPURatio)
 		}
 		return
 	}
-	if sc.CPURatio <= 0 {
-		t.Errorf("cpu_ratio %v", sc.CPURatio)
+	if sc.CPURatio <= 0 || sc.RSSRatio <= 0 {
+		t.Errorf("ratios: rss %v, cpu %v", sc.RSSRatio, sc.CPURatio)
 	}
 	checkTargets(t, stdout, map[string]int{"scale": 4})
 }

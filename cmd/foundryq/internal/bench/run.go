@@ -27,7 +27,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	b := &bench{cfg: cfg, rep: &rep}
-	b.progress("starting NATS (file storage), the emulator (%s) and the worker, each a process of its own", transportNames[cfg.transport()])
+	b.progress("starting NATS (file storage) and the emulator (%s), each a process of its own (each phase starts the workers it needs)", transportNames[cfg.transport()])
 	if b.sys, err = startSystem(ctx, cfg); err != nil {
 		return rep, err
 	}

@@ -98,7 +98,9 @@ func (sr *ScaleReport) finish() {
 				hi = pt
 			}
 		}
-		if lo.RSSPerRun > 0 && lo.WorkerCPUPerToken > 0 && hi.Runs > lo.Runs {
+		// A figure that is not positive (the noise of a tiny load) makes
+		// no ratio.
+		if lo.RSSPerRun > 0 && lo.WorkerCPUPerToken > 0 && hi.RSSPerRun > 0 && hi.WorkerCPUPerToken > 0 && hi.Runs > lo.Runs {
 			sr.RSSRatio = round2(hi.RSSPerRun / lo.RSSPerRun)
 			sr.CPURatio = round2(hi.WorkerCPUPerToken / lo.WorkerCPUPerToken)
 			at := fmt.Sprintf("at %d runs over at %d runs", hi.Runs, lo.Runs)
