@@ -59,6 +59,12 @@ func TestBenchQuickJSON(t *testing.T) {
 		Relay struct {
 			Worker, Reader, Ratio, NATS float64
 			Tokens                      int `json:"tokens_relayed"`
+			Loads                       []struct {
+				Runs   int     `json:"runs"`
+				Worker float64 `json:"worker_cpu_us_per_token"`
+				Reader float64 `json:"reader_cpu_us_per_token"`
+				Ratio  float64 `json:"ratio"`
+			} `json:"loads"`
 		} `json:"relay"`
 		Raw struct {
 			Raw      float64 `json:"raw_msgs_per_s"`
@@ -152,6 +158,7 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	var raw map[string]map[string]any
 	_ = json.Unmarshal([]byte(stdout), &raw)
+	checkTargets(t, stdout, map[string]int{"latency": 3, "relay": 3, "cancel": 6, "memory": 1, "ablation": 2})
 	for _, sec := range []string{"relay", "raw_publish"} {
 		if r, ok := raw[sec]["ratio"].(float64); !ok || r <= 0 {
 			t.Errorf("%s.ratio = %v, want a positive number", sec, raw[sec]["ratio"])
@@ -159,6 +166,15 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 	if w, ok := raw["relay"]["worker_cpu_us_per_token"].(float64); !ok || w <= 0 || w > 100_000 {
 		t.Errorf("relay.worker_cpu_us_per_token = %v", raw["relay"]["worker_cpu_us_per_token"])
+	}
+	// The quick run's further relay loads: 100 and 300 runs.
+	if ls := rep.Relay.Loads; len(ls) != 2 || ls[0].Runs != 100 || ls[1].Runs != 300 {
+		t.Errorf("relay loads %+v", ls)
+	}
+	for _, l := range rep.Relay.Loads {
+		if l.Worker <= 0 || l.Reader <= 0 || l.Ratio <= 0 {
+			t.Errorf("relay load %+v", l)
+		}
 	}
 	if rep.Raw.Raw <= 0 || rep.Raw.Foundryq <= 0 || rep.Latency.Max <= 0 {
 		t.Errorf("rates: raw %v, foundryq %v, max %v", rep.Raw.Raw, rep.Raw.Foundryq, rep.Latency.Max)
@@ -237,6 +253,49 @@ func TestBenchQuickJSON(t *testing.T) {
 	}
 }
 
+// targetRow is a target of the bench's JSON.
+type targetRow struct {
+	What     string  `json:"what"`
+	Measured float64 `json:"measured"`
+	Max      float64 `json:"max"`
+	Unit     string  `json:"unit"`
+	Met      bool    `json:"met"`
+}
+
+// checkTargets checks that each key of want carries want[key] targets,
+// each met exactly when its measured figure is within its maximum, and a
+// met flag that is true exactly when all of them are met.
+func checkTargets(t *testing.T, stdout string, want map[string]int) {
+	t.Helper()
+	var secs map[string]struct {
+		Targets []targetRow `json:"targets"`
+		Met     *bool       `json:"met"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &secs); err != nil {
+		t.Fatal(err)
+	}
+	for key, n := range want {
+		sec, ok := secs[key]
+		if !ok || sec.Met == nil || len(sec.Targets) != n {
+			t.Errorf("%s: %d targets, met %v; want %d targets and a met flag", key, len(sec.Targets), sec.Met, n)
+			continue
+		}
+		all := true
+		for _, tg := range sec.Targets {
+			if tg.What == "" || tg.Unit == "" || tg.Max < 0 || (tg.Max == 0 && tg.Unit != "runs") || tg.Met != (tg.Measured <= tg.Max) {
+				t.Errorf("%s: target %+v", key, tg)
+			}
+			all = all && tg.Met
+		}
+		if *sec.Met != all {
+			t.Errorf("%s: met %v, but its targets' verdicts are %+v", key, *sec.Met, sec.Targets)
+		}
+		for _, tg := range sec.Targets {
+			t.Logf("target, %s: %s: %.2f %s (max %g): met %v", key, tg.What, tg.Measured, tg.Unit, tg.Max, tg.Met)
+		}
+	}
+}
+
 // memoryRow is a row of the memory phase's JSON.
 type memoryRow struct {
 	Runs       int     `json:"runs"`
@@ -293,4 +352,101 @@ func TestBenchMemoryTransports(t *testing.T) {
 	if code, _, stderr := runCmd(t, ctx, "bench", "--h2c", "--http1"); code != 2 || !strings.Contains(stderr, "exclude each other") {
 		t.Errorf("--h2c --http1: exit %d, %s", code, stderr)
 	}
+}
+
+// TestBenchScale runs the scale phase alone at two tiny loads (30 and 90) (its workers
+// are this test binary acting as foundryq; the three-node cluster runs in
+// the bench's own process): every run streams on one of the three workers,
+// the figures of each load are there, and the targets' verdicts follow
+// from the figures. The ratios of two tiny loads are noise: their verdict
+// is not checked here.
+func TestBenchScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster, the emulator and three workers twice (about 30 s)")
+	}
+	t.Setenv(benchChildEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, bad := range [][]string{{"--scale-runs", "100,x"}, {"--scale-runs", "0"}, {"--scale-token-delay", "1ms"}} {
+		if code, _, stderr := runCmd(t, ctx, append([]string{"bench", "--phases", "scale"}, bad...)...); code != 2 || !strings.Contains(stderr, bad[0]) {
+			t.Errorf("%v: exit %d, %s", bad, code, stderr)
+		}
+	}
+	start := time.Now()
+	code, stdout, stderr := runCmd(t, ctx, "bench", "--json", "--phases", "scale", "--scale-runs", "30,90", "--scale-token-delay", "500ms")
+	t.Logf("bench --phases scale took %s; progress and table:\n%s", time.Since(start).Round(time.Second), stderr)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var rep struct {
+		Scale struct {
+			Nodes, Workers, Replicas int
+			Points                   []struct {
+				Runs          int     `json:"runs"`
+				PerWorker     []int   `json:"runs_per_worker"`
+				RSS           float64 `json:"rss_kib_per_run"`
+				RSSBytes      int64   `json:"rss_bytes"`
+				Goroutines    float64 `json:"goroutines_per_run"`
+				Tokens        int     `json:"tokens"`
+				CPU           float64 `json:"worker_cpu_us_per_token"`
+				Gross         float64 `json:"worker_cpu_us_per_token_gross"`
+				Idle          float64 `json:"worker_idle_cores"`
+				Cluster       float64 `json:"cluster_cpu_us_per_token"`
+				LostOwnership int     `json:"lost_ownership"`
+				Start         struct {
+					N   int     `json:"n"`
+					P50 float64 `json:"p50_ms"`
+				} `json:"start"`
+			} `json:"points"`
+			RSSRatio float64     `json:"rss_ratio"`
+			CPURatio float64     `json:"cpu_ratio"`
+			Target   float64     `json:"target_max_ratio"`
+			Targets  []targetRow `json:"targets"`
+			Met      bool        `json:"met"`
+		} `json:"scale"`
+		Memory struct {
+			Points []memoryRow `json:"points"`
+		} `json:"memory"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if len(rep.Memory.Points) != 0 {
+		t.Errorf("phases other than scale ran: memory %+v", rep.Memory.Points)
+	}
+	sc := rep.Scale
+	if sc.Nodes != 3 || sc.Workers != 3 || sc.Replicas != 3 || sc.Target != 1.1 {
+		t.Errorf("scale %+v", sc)
+	}
+	if len(sc.Points) != 2 || sc.Points[0].Runs != 30 || sc.Points[1].Runs != 90 {
+		t.Fatalf("scale points %+v", sc.Points)
+	}
+	for _, p := range sc.Points {
+		sum := 0
+		for _, n := range p.PerWorker {
+			sum += n
+		}
+		// Every run started on one of the three workers, each run's tokens
+		// flowed during the window (2 s, a token every 500 ms: about 4 a
+		// run), and no run changed hands. The per-run figures of tiny loads
+		// are noise (RSS growth, the workers' idle CPU taken out): only
+		// the gross figures must be positive.
+		if len(p.PerWorker) != 3 || sum != p.Runs || p.RSSBytes <= 0 || p.Goroutines <= 0 || p.Tokens < p.Runs || p.Gross <= 0 ||
+			p.Idle < 0 || p.CPU > p.Gross || p.Cluster <= 0 || p.LostOwnership != 0 || p.Start.N != p.Runs || p.Start.P50 <= 0 {
+			t.Errorf("scale point %+v", p)
+		}
+	}
+	// The two ratio targets when both loads' RSS and CPU (idle out) per
+	// run are positive, and one per load for the runs that lost their
+	// ownership; without the ratios, scale is not met.
+	if p0, p1 := sc.Points[0], sc.Points[1]; p0.CPU <= 0 || p1.CPU <= 0 || p0.RSS <= 0 || p1.RSS <= 0 {
+		if sc.Met || len(sc.Targets) != 2 || sc.CPURatio != 0 || sc.RSSRatio != 0 {
+			t.Errorf("no ratios: met %v, targets %+v, ratios %v %v", sc.Met, sc.Targets, sc.RSSRatio, sc.CPURatio)
+		}
+		return
+	}
+	if sc.CPURatio <= 0 || sc.RSSRatio <= 0 {
+		t.Errorf("ratios: rss %v, cpu %v", sc.RSSRatio, sc.CPURatio)
+	}
+	checkTargets(t, stdout, map[string]int{"scale": 4})
 }

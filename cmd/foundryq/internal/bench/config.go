@@ -70,6 +70,11 @@ type Config struct {
 	// 40 of 60), 20ms.
 	RelayRuns, RelayTokens int
 	RelayTokenDelay        time.Duration
+	// RelayLoads are further loads of the relay phase, at which only the
+	// worker's CPU per token and the bare reader's are measured. Default
+	// 1,000 runs x 250 tokens at 20ms and 5,000 x 60 at 100ms (quick: 100
+	// x 60 at 20ms and 300 x 20 at 100ms).
+	RelayLoads []RelayLoad
 	// CancelFractions are the loads of the cancel phase. Default 0.5, 1.
 	CancelFractions []float64
 	// CancelSpread is the time over which the measured cancels are sent.
@@ -92,12 +97,29 @@ type Config struct {
 	// WaitingRuns is how many runs that ask wait for their answers at once
 	// in the waiting phase. Default 5,000 (quick: 300).
 	WaitingRuns int
+	// ScaleRuns are the concurrent streaming runs of the scale phase, each
+	// streaming a token every ScaleTokenDelay, spread over ScaleWorkers
+	// workers and a three-node NATS cluster with stream replicas 3.
+	// Default 5,000 and 20,000 (quick: 200 and 500), 5s, 3 workers. The
+	// worker CPU is measured over ScaleWindow once every run streams.
+	// Default 4 token delays.
+	ScaleRuns       []int
+	ScaleTokenDelay time.Duration
+	ScaleWorkers    int
+	ScaleWindow     time.Duration
 	// Phases, when set, runs only these phases, in their usual order (see
-	// Phases). Default: all. raw_publish, latency and cancel need
-	// throughput (the maximum they are measured against).
+	// Phases). Default: all but scale (OptInPhases). raw_publish, latency
+	// and cancel need throughput (the maximum they are measured against).
 	Phases []string
 	// MaxRuns caps the runs of a latency or cancel load. Default 3,000.
 	MaxRuns int
+}
+
+// RelayLoad is a load of the relay phase: Runs runs of Tokens tokens, a
+// token every TokenDelay.
+type RelayLoad struct {
+	Runs, Tokens int
+	TokenDelay   time.Duration
 }
 
 // withDefaults fills in every zero field.
@@ -139,6 +161,12 @@ func (c Config) withDefaults() Config {
 	pick(&c.RelayRuns, 200, 40)
 	pick(&c.RelayTokens, 200, 60)
 	pickD(&c.RelayTokenDelay, 20*time.Millisecond, 20*time.Millisecond)
+	if c.RelayLoads == nil {
+		c.RelayLoads = []RelayLoad{{1000, 250, 20 * time.Millisecond}, {5000, 60, 100 * time.Millisecond}}
+		if c.Quick {
+			c.RelayLoads = []RelayLoad{{100, 60, 20 * time.Millisecond}, {300, 20, 100 * time.Millisecond}}
+		}
+	}
 	if c.CancelFractions == nil {
 		c.CancelFractions = []float64{0.5, 1}
 	}
@@ -155,6 +183,15 @@ func (c Config) withDefaults() Config {
 	pickD(&c.MemoryTokenDelay, 2*time.Second, 2*time.Second)
 	pick(&c.WaitingRuns, 5000, 300)
 	pick(&c.MaxRuns, 3000, 600)
+	if c.ScaleRuns == nil {
+		c.ScaleRuns = []int{5000, 20000}
+		if c.Quick {
+			c.ScaleRuns = []int{200, 500}
+		}
+	}
+	pickD(&c.ScaleTokenDelay, 5*time.Second, 5*time.Second)
+	pick(&c.ScaleWorkers, 3, 3)
+	pickD(&c.ScaleWindow, 4*c.ScaleTokenDelay, 4*c.ScaleTokenDelay)
 	return c
 }
 
@@ -175,6 +212,19 @@ func (c Config) validate() error {
 		if n < 1 {
 			return fmt.Errorf("loadtest: MemoryRuns must be at least 1, got %d", n)
 		}
+	}
+	for _, l := range c.RelayLoads {
+		if l.Runs < 1 || l.Tokens < 1 || l.TokenDelay < time.Millisecond {
+			return fmt.Errorf("loadtest: RelayLoads %+v: runs and tokens at least 1, token delay at least 1ms", l)
+		}
+	}
+	for _, n := range c.ScaleRuns {
+		if n < c.ScaleWorkers {
+			return fmt.Errorf("loadtest: ScaleRuns must be at least ScaleWorkers (%d), got %d", c.ScaleWorkers, n)
+		}
+	}
+	if c.ScaleWorkers < 1 || c.ScaleTokenDelay < 10*time.Millisecond || c.ScaleWindow < c.ScaleTokenDelay {
+		return fmt.Errorf("loadtest: ScaleWorkers must be at least 1 (got %d), ScaleTokenDelay at least 10ms (got %s), ScaleWindow at least ScaleTokenDelay (got %s)", c.ScaleWorkers, c.ScaleTokenDelay, c.ScaleWindow)
 	}
 	for _, f := range append(append([]float64(nil), c.LatencyFractions...), c.CancelFractions...) {
 		if f <= 0 || f > 2 {
@@ -202,7 +252,12 @@ func (c Config) validate() error {
 // Phases are the phases of a benchmark, in the order they run, named as
 // the keys of the report's JSON (throughput's figures are in raw_publish
 // and latency).
-var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "tool_cancel", "waste", "memory", "waiting", "ablation"}
+var Phases = []string{"throughput", "raw_publish", "latency", "relay", "cancel", "tool_cancel", "waste", "memory", "waiting", "ablation", "scale"}
+
+// OptInPhases run only when Config.Phases names them: scale starts a
+// cluster and three workers, and at its default loads takes minutes and
+// most of a machine's memory.
+var OptInPhases = []string{"scale"}
 
 // The transports between the worker and the emulator, as
 // MemoryPoint.Transport names them.
@@ -231,13 +286,21 @@ func (c Config) transport() string {
 }
 
 // runs reports whether phase p runs.
-func (c Config) runs(p string) bool { return len(c.Phases) == 0 || slices.Contains(c.Phases, p) }
+func (c Config) runs(p string) bool {
+	if len(c.Phases) == 0 {
+		return !slices.Contains(OptInPhases, p)
+	}
+	return slices.Contains(c.Phases, p)
+}
 
 // workerConcurrency is the worker's --concurrency: room for the largest load.
 func (c Config) workerConcurrency() int {
 	n := max(c.ThroughputRuns, c.RelayRuns, c.MaxRuns, 2*c.WasteRuns, c.ToolCancelRuns, c.WaitingRuns)
 	for _, m := range c.MemoryRuns {
 		n = max(n, m)
+	}
+	for _, l := range c.RelayLoads {
+		n = max(n, l.Runs)
 	}
 	return n + 64
 }

@@ -20,15 +20,11 @@ import (
 func (b *bench) memory(ctx context.Context) error {
 	c := b.cfg
 	mr := &b.rep.Memory
-	mr.Target = TargetMemoryPerRun
+	defer mr.finish(c.transport())
 	largest := slices.Max(c.MemoryRuns)
 	for i, n := range c.MemoryRuns {
-		pt, err := b.memoryAt(ctx, n, c.transport(), c.ProfileDir != "" && i == len(c.MemoryRuns)-1)
-		if err != nil {
+		if _, err := b.memoryAt(ctx, n, c.transport(), c.ProfileDir != "" && i == len(c.MemoryRuns)-1); err != nil {
 			return err
-		}
-		if n == largest {
-			mr.Met = pt.RSSPerRun <= TargetMemoryPerRun
 		}
 	}
 	if c.transport() == transportHTTP1 {

@@ -220,39 +220,69 @@ func (s *system) startWorkerOver(ctx context.Context, interval time.Duration, tr
 		}
 		s.worker = nil
 	}
-	port, err := freePort()
+	s.interval = interval
+	w, metrics, err := s.startWorkerProcess(ctx, "worker", workerOptions{natsURL: s.natsURL, id: "bench",
+		concurrency: s.cfg.workerConcurrency(), interval: interval, transport: transport})
 	if err != nil {
 		return err
 	}
+	s.worker, s.metrics = w, metrics
+	return nil
+}
+
+// workerOptions say how startWorkerProcess starts a worker.
+type workerOptions struct {
+	natsURL     string // one URL, or a cluster's, comma-separated
+	id          string // --worker-id
+	concurrency int
+	interval    time.Duration // --event-interval; 0 or less: off
+	transport   string        // how it reaches the emulator
+	replicas    int           // --replicas; 0: the worker's default (1)
+}
+
+// startWorkerProcess starts a worker as the process called name and waits
+// until it is ready; it returns the process and its /metrics URL.
+func (s *system) startWorkerProcess(ctx context.Context, name string, o workerOptions) (*process, string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	s.metrics = "http://" + addr + "/metrics"
-	s.interval = interval
-	ivl := interval.String()
-	if interval <= 0 {
+	ivl := o.interval.String()
+	if o.interval <= 0 {
 		ivl = "-1ms"
 	}
 	endpoint := s.foundryURL()
-	if transport == transportHTTP1 {
+	if o.transport == transportHTTP1 {
 		endpoint = s.plainURL + "/openai/v1/"
 	}
-	args := []string{"worker", "--nats-url", s.natsURL, "--foundry-endpoint", endpoint, "--foundry-api-key", apiKey,
-		"--http-addr", addr, "--concurrency", strconv.Itoa(s.cfg.workerConcurrency()), "--event-interval", ivl,
-		"--worker-id", "bench", "--log-level", "error"}
+	args := []string{"worker", "--nats-url", o.natsURL, "--foundry-endpoint", endpoint, "--foundry-api-key", apiKey,
+		"--http-addr", addr, "--concurrency", strconv.Itoa(o.concurrency), "--event-interval", ivl,
+		"--worker-id", o.id, "--log-level", "error"}
 	// Go's profiles on the bench's loopback address: --profile saves them,
 	// and the waiting phase forces a GC through /debug/pprof/heap?gc=1.
 	args = append(args, "--pprof")
-	if transport == transportH2C {
+	if o.transport == transportH2C {
 		args = append(args, "--foundry-h2c")
 	}
-	if s.worker, err = startProcess("worker", s.cfg.Binary, s.env, args...); err != nil {
-		return err
+	if o.replicas > 0 {
+		args = append(args, "--replicas", strconv.Itoa(o.replicas))
+	}
+	p, err := startProcess(name, s.cfg.Binary, s.env, args...)
+	if err != nil {
+		return nil, "", err
 	}
 	// Ready: NATS reached, and its one request to the emulator passed
 	// (--check-upstream): a certificate it does not trust fails here.
-	return s.worker.waitReady(ctx, time.Minute, func(ctx context.Context) error {
+	err = p.waitReady(ctx, time.Minute, func(ctx context.Context) error {
 		_, err := httpGet(ctx, s.hc, "http://"+addr+"/readyz")
 		return err
 	})
+	if err != nil {
+		_ = p.stop(10 * time.Second)
+		return nil, "", err
+	}
+	return p, "http://" + addr + "/metrics", nil
 }
 
 // eventsStored is the number of messages in the events stream.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -58,16 +59,23 @@ func TestConfigPhases(t *testing.T) {
 	}
 }
 
-// Which phases run: all by default, else the ones named.
+// Which phases run: all but the opt-in ones by default, else the ones
+// named.
 func TestConfigRuns(t *testing.T) {
 	all := Config{}
 	for _, p := range Phases {
-		if !all.runs(p) {
-			t.Errorf("default config does not run %s", p)
+		if optIn := slices.Contains(OptInPhases, p); all.runs(p) == optIn {
+			t.Errorf("default config: runs %s %v, an opt-in phase %v", p, all.runs(p), optIn)
 		}
 	}
+	if !slices.Contains(OptInPhases, "scale") {
+		t.Error("scale runs by default")
+	}
 	only := Config{Phases: []string{"waiting"}}
-	if !only.runs("waiting") || only.runs("memory") || only.runs("throughput") {
+	if !only.runs("waiting") || only.runs("memory") || only.runs("throughput") || only.runs("scale") {
 		t.Error("--phases waiting runs other phases or not waiting")
+	}
+	if scale := (Config{Phases: []string{"scale"}}); !scale.runs("scale") || scale.runs("memory") {
+		t.Error("--phases scale does not run scale alone")
 	}
 }

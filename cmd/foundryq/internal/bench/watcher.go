@@ -34,6 +34,7 @@ type watchedRun struct {
 	first    map[events.EventType]int64 // first arrival of each type, Unix ns
 	events   int
 	receipts []receipt // text.delta arrivals, with the text received so far
+	worker   string    // the worker its first run.started names
 }
 
 func watch(nc *nats.Conn, names events.Names) (*watcher, error) {
@@ -44,6 +45,15 @@ func watch(nc *nats.Conn, names events.Names) (*watcher, error) {
 		runID := m.Subject[prefixLen:]
 		typ := events.EventType(m.Header.Get(events.HeaderType))
 		var text int
+		var worker string
+		if typ == events.TypeRunStarted {
+			var ev struct {
+				Worker string `json:"worker"`
+			}
+			if json.Unmarshal(m.Data, &ev) == nil {
+				worker = ev.Worker
+			}
+		}
 		if typ == events.TypeTextDelta {
 			var ev struct {
 				Text string `json:"text"`
@@ -60,6 +70,9 @@ func watch(nc *nats.Conn, names events.Names) (*watcher, error) {
 		}
 		if _, ok := r.first[typ]; !ok {
 			r.first[typ] = now
+			if typ == events.TypeRunStarted {
+				r.worker = worker
+			}
 		}
 		r.events++
 		if typ == events.TypeTextDelta {
@@ -118,6 +131,16 @@ func (w *watcher) at(id string, t events.EventType) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// startedBy is the worker that the first run.started of run id names.
+func (w *watcher) startedBy(id string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.runs[id]; r != nil {
+		return r.worker
+	}
+	return ""
 }
 
 // receipts returns the text.delta arrivals of run id.
