@@ -18,6 +18,7 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
+	"github.com/foundryq/foundryq/internal/contract"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
@@ -37,6 +38,7 @@ type env struct {
 	up     *foundry.Client // the workers' Foundry client; a test may replace it before starting workers
 	client *events.Client
 	prov   consumer.ProvisionConfig
+	tap    *contract.Tap // checks the test's traffic against the contract's schemas
 }
 
 type envOpt func(*envConfig)
@@ -82,11 +84,12 @@ func setup(t *testing.T, opts ...envOpt) *env {
 		scfg.NATS.StoreDir = t.TempDir()
 	}
 	s := devstack.StartT(t, scfg)
+	tap := contract.TapT(t, s.Conn) // every message on NATS must match its schema
 	js, err := jetstream.New(s.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, stack: s, nc: s.Conn, ns: s.NATS, js: js, emu: s.Emulator, up: s.Upstream, client: s.Client, prov: cfg.prov}
+	return &env{t: t, tap: tap, stack: s, nc: s.Conn, ns: s.NATS, js: js, emu: s.Emulator, up: s.Upstream, client: s.Client, prov: cfg.prov}
 }
 
 // worker is a running consumer.Worker with its connections.

@@ -22,6 +22,7 @@ import (
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/contract"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
@@ -37,11 +38,13 @@ type env struct {
 	emu    *foundrytest.Server
 	up     *foundry.Client
 	client *events.Client
+	tap    *contract.Tap // checks the test's traffic against the contract's schemas
 }
 
 func setup(t *testing.T, workers int) *env {
 	t.Helper()
 	ns, nc := natsembed.RunTestTCP(t)
+	tap := contract.TapT(t, nc) // every message on NATS must match its schema
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
 	t.Cleanup(emu.Close)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -56,7 +59,7 @@ func setup(t *testing.T, workers int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ns: ns, nc: nc, emu: emu, up: up, client: client}
+	e := &env{t: t, tap: tap, ns: ns, nc: nc, emu: emu, up: up, client: client}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	js := mustJS(t, nc)
