@@ -3,7 +3,8 @@
 // each run event type, cancel requests and replies, the run state record,
 // the answers of runs that ask, and the headers of events, dead letters,
 // cancels and function tool calls. docs/contract.md describes them in
-// words; `foundryq schema` prints them.
+// words; the AsyncAPI document asyncapi.yaml ties them to the NATS
+// subjects; `foundryq schema` prints them.
 //
 // The schemas say what foundryq sends. Readers of what workers write (run
 // events, the state record, replies) should ignore fields they do not
@@ -24,10 +25,10 @@ import (
 // file name, and they refer to each other by relative file names.
 const BaseURL = "https://raw.githubusercontent.com/foundryq/foundryq/main/events/schema/"
 
-//go:embed *.json
+//go:embed *.json asyncapi.yaml
 var files embed.FS
 
-// FS returns the schema files (NAME.json).
+// FS returns the schema files (NAME.json) and asyncapi.yaml.
 func FS() fs.FS { return files }
 
 // Names lists the schemas by name (the file name without .json), sorted.
@@ -55,6 +56,14 @@ func Get(name string) ([]byte, error) {
 		return nil, fmt.Errorf("schema: no schema %q (foundryq schema lists them)", name)
 	}
 	return data, nil
+}
+
+// AsyncAPI returns the AsyncAPI 3.0 document of the NATS API (YAML): every
+// subject, who publishes and who subscribes, the messages by reference to
+// the schemas, their headers, and the NATS users (roles) allowed each.
+func AsyncAPI() []byte {
+	data, _ := files.ReadFile("asyncapi.yaml")
+	return data
 }
 
 // URL returns the $id of schema name.
