@@ -121,6 +121,8 @@ type gw struct {
 	url  string
 	http *http.Client
 	stop func()
+	// checker checks every exchange through http against the OpenAPI document.
+	checker *contract.HTTPChecker
 }
 
 // gateway starts a gateway on cfg (NoAuth with one tenant, "default", on a
@@ -201,7 +203,11 @@ func runGatewayWith(t *testing.T, g *gateway.Gateway, scheme string, hc *http.Cl
 		})
 	}
 	t.Cleanup(stop)
-	return &gw{Gateway: g, url: scheme + g.Addr(), http: hc, stop: stop}
+	// Every exchange must match the OpenAPI document.
+	checker := contract.CheckHTTPT(t, gateway.OpenAPI())
+	checked := *hc
+	checked.Transport = checker.Transport(hc.Transport)
+	return &gw{Gateway: g, url: scheme + g.Addr(), http: &checked, stop: stop, checker: checker}
 }
 
 // response is an HTTP answer, read whole.
