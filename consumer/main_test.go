@@ -16,9 +16,9 @@ import (
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/events/contract"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
-	"github.com/foundryq/foundryq/internal/contract"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/testkit"
 )

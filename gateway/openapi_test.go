@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/foundryq/foundryq/events/contract"
 	"github.com/foundryq/foundryq/gateway"
-	"github.com/foundryq/foundryq/internal/contract"
 )
 
 // The OpenAPI document is a valid OpenAPI 3.1 document (kin-openapi loads

@@ -46,8 +46,8 @@ func NewTap(nc *nats.Conn, set *Set, names events.Names) (*Tap, error) {
 	// subscriber there would answer "no responders" for nobody, and
 	// workers, clients and the gateway act on that answer. Their bodies
 	// are seen where they are stored (cancels, inputs), their replies on
-	// the inboxes; a test that serves a tool itself adds its subject with
-	// WatchRequests. Of the inboxes, only those of nats.go's request mux
+	// the inboxes; a test that serves a tool itself hands each call to
+	// Check. Of the inboxes, only those of nats.go's request mux
 	// (_INBOX.<id>.<token>) are read: a push consumer delivers to an
 	// _INBOX.<id> of two tokens, and a subscriber there would keep it
 	// delivering to nobody after its client went away.
@@ -99,15 +99,9 @@ func (t *Tap) subscribe(subj string) error {
 	return nil
 }
 
-// WatchRequests adds a request subject to the tap (a tool's, say) that
-// the test serves itself, so that the tap's subscription changes nobody's
-// "no responders".
-func (t *Tap) WatchRequests(subject string) error {
-	if err := t.subscribe(subject); err != nil {
-		return err
-	}
-	return t.nc.Flush()
-}
+// Check checks msg as if the tap had received it: for a request a test
+// serves itself (a tool call), which the tap does not subscribe to.
+func (t *Tap) Check(msg *nats.Msg) { t.handle(msg) }
 
 // IgnoreRun stops checking the messages of run runID (its subjects and
 // its state record): for a test that writes them itself, off contract on

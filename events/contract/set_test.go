@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foundryq/foundryq/internal/contract"
+	"github.com/foundryq/foundryq/events/contract"
 )
 
 func load(t *testing.T) (*contract.Set, *contract.Recorder) {
