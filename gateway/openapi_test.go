@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -139,5 +140,42 @@ func TestOpenAPIServed(t *testing.T) {
 	r := g.do(t, http.MethodGet, "/openapi.json", nil)
 	if r.status != http.StatusOK || !bytes.Equal(r.body, gateway.OpenAPI()) {
 		t.Fatalf("GET /openapi.json: %d, %d bytes", r.status, len(r.body))
+	}
+}
+
+// The gateway's own response objects in the OpenAPI document have exactly
+// the fields of their Go types.
+func TestOpenAPIObjectsMatchGoTypes(t *testing.T) {
+	t.Parallel()
+	var d struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(gateway.OpenAPI(), &d); err != nil {
+		t.Fatal(err)
+	}
+	for name, typ := range map[string]reflect.Type{
+		"CreateResponse": reflect.TypeFor[gateway.CreateResponse](),
+		"Error":          reflect.TypeFor[gateway.APIError](),
+		"ErrorBody":      reflect.TypeFor[gateway.ErrorBody](),
+		"RunList":        reflect.TypeFor[gateway.RunList](),
+	} {
+		var fields []string
+		for i := range typ.NumField() {
+			tag, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			fields = append(fields, tag)
+		}
+		var props []string
+		for p := range d.Components.Schemas[name].Properties {
+			props = append(props, p)
+		}
+		slices.Sort(fields)
+		slices.Sort(props)
+		if !slices.Equal(fields, props) {
+			t.Errorf("%s: Go fields %v, OpenAPI properties %v", name, fields, props)
+		}
 	}
 }
