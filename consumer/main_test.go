@@ -84,7 +84,14 @@ func setup(t *testing.T, opts ...envOpt) *env {
 		scfg.NATS.StoreDir = t.TempDir()
 	}
 	s := devstack.StartT(t, scfg)
-	tap := contract.TapT(t, s.Conn) // every message on NATS must match its schema
+	// Every message on NATS must match its schema; the tap reads on a
+	// connection of its own, apart from the test's client.
+	tapConn, err := s.Connect("contract-tap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tapConn.Close)
+	tap := contract.TapT(t, tapConn)
 	js, err := jetstream.New(s.Conn)
 	if err != nil {
 		t.Fatal(err)

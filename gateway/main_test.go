@@ -44,7 +44,14 @@ type env struct {
 func setup(t *testing.T, workers int) *env {
 	t.Helper()
 	ns, nc := natsembed.RunTestTCP(t)
-	tap := contract.TapT(t, nc) // every message on NATS must match its schema
+	// Every message on NATS must match its schema; the tap reads on a
+	// connection of its own, apart from the test's client.
+	tapConn, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tapConn.Close)
+	tap := contract.TapT(t, tapConn)
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
 	t.Cleanup(emu.Close)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
