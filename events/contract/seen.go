@@ -152,21 +152,25 @@ func Unseen(s *Set, seen map[string]bool, allow []string) (unseen, stale []strin
 	return unseen, stale
 }
 
-// ReadAllowList reads an allow-list file: one entry per line; blank lines,
-// lines that start with "# " and text after " #" are ignored.
+// ReadAllowList reads an allow-list file: one entry per line, each with
+// its reason after " #"; blank lines and lines that start with "# " are
+// ignored. An entry without a reason is an error.
 func ReadAllowList(name string) ([]string, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if i := strings.Index(line, " #"); i >= 0 {
-			line = line[:i]
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "# ") {
+			continue
 		}
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "# ") {
-			out = append(out, line)
+		entry, reason, ok := strings.Cut(line, " #")
+		if !ok || strings.TrimSpace(reason) == "" {
+			return nil, fmt.Errorf("%s:%d: %q has no reason (write it after \" # \")", name, i+1, line)
 		}
+		out = append(out, strings.TrimSpace(entry))
 	}
 	return out, nil
 }

@@ -42,9 +42,11 @@ func NewTap(nc *nats.Conn, set *Set, names events.Names) (*Tap, error) {
 		t.names.Prefix = events.DefaultPrefix
 		t.callbacks = events.DefaultPrefix + "-callbacks"
 	}
-	// Request subjects (cancel, input, notice, tools) are left out: a
-	// subscriber there would answer "no responders" for nobody, and
-	// workers, clients and the gateway act on that answer. Their bodies
+	// Request subjects (cancel, input, tools) are left out: a subscriber
+	// there would turn "no responders" into a timeout, and workers,
+	// clients and the gateway act on that answer. Notices are read: every
+	// worker, the sender included, subscribes to them, so they never get
+	// "no responders". Their bodies
 	// are seen where they are stored (cancels, inputs), their replies on
 	// the inboxes; a test that serves a tool itself hands each call to
 	// Check. Of the inboxes, only those of nats.go's request mux
@@ -53,7 +55,7 @@ func NewTap(nc *nats.Conn, set *Set, names events.Names) (*Tap, error) {
 	// delivering to nobody after its client went away.
 	p := t.names.Prefix
 	for _, subj := range []string{p + ".runs.*", p + ".events.*", p + ".live.*", p + ".cancels.*", p + ".inputs.>",
-		p + ".dead.*", p + ".watch.*", p + ".tools.cancel.*", p + ".gateway.>", "$KV." + t.bucket + ".>", "$KV." + t.callbacks + ".>", "_INBOX.*.*"} {
+		p + ".dead.*", p + ".watch.*", p + ".notice.*", p + ".tools.cancel.*", p + ".gateway.>", "$KV." + t.bucket + ".>", "$KV." + t.callbacks + ".>", "_INBOX.*.*"} {
 		if err := t.subscribe(subj); err != nil {
 			t.stop()
 			return nil, err
