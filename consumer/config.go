@@ -77,6 +77,16 @@ type Config struct {
 	// RetryDelay is the delay before a job whose upstream call failed with a
 	// retryable error (429, 5xx, network) is delivered again. Default 2s.
 	RetryDelay time.Duration
+	// NewerFieldsGrace is how long after its submit a run request whose
+	// only fault is fields this worker does not know (a newer version's:
+	// events.NewerFields) is handed back, every NewerFieldsRetry, for a
+	// newer worker to take during a rolling upgrade, before it fails
+	// invalid_request and is dead-lettered like any invalid request.
+	// Default 10m; negative: such a request fails at once.
+	NewerFieldsGrace time.Duration
+	// NewerFieldsRetry is the delay before such a request is delivered
+	// again. Default 5s.
+	NewerFieldsRetry time.Duration
 	// ReadyCheckInterval is how long Ready reuses its check that the
 	// streams, consumer and bucket exist, so that a probe hitting /readyz
 	// often costs no JetStream API call. Default 5s.
@@ -186,6 +196,12 @@ func (c Config) withDefaults() Config {
 	if c.ReadyCheckInterval == 0 {
 		c.ReadyCheckInterval = 5 * time.Second
 	}
+	if c.NewerFieldsGrace == 0 {
+		c.NewerFieldsGrace = 10 * time.Minute
+	}
+	if c.NewerFieldsRetry == 0 {
+		c.NewerFieldsRetry = 5 * time.Second
+	}
 	if c.StuckAfter == 0 {
 		c.StuckAfter = 5 * time.Minute
 	}
@@ -233,6 +249,9 @@ func (c Config) validate() error {
 	}
 	if c.RetryDelay < 0 {
 		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))
+	}
+	if c.NewerFieldsRetry < 0 {
+		errs = append(errs, fmt.Errorf("newer fields retry must not be negative, got %s", c.NewerFieldsRetry))
 	}
 	if c.ReadyCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("ready check interval must not be negative, got %s", c.ReadyCheckInterval))

@@ -221,7 +221,7 @@ func TestOversizedDeadLetterIsTruncated(t *testing.T) {
 	e := setup(t, withNATS(natsembed.Config{MaxPayload: 16 << 10}))
 	e.startWorker(consumer.Config{WorkerID: "dl"})
 	// The request fits the max payload; with the dead letter's headers it does not.
-	body := fmt.Sprintf(`{"run_id":"dl-1","model":"m","input":"hi","bogus":%q}`, strings.Repeat("x", 16<<10-300))
+	body := fmt.Sprintf(`{"run_id":"dl-1","model":"bad model","input":"hi","bogus":%q}`, strings.Repeat("x", 16<<10-300))
 	if _, err := e.js.Publish(context.Background(), "foundryq.runs.dl-1", []byte(body)); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,12 +77,20 @@ func (r *run) execute() {
 	}
 	req, decodeErr := events.DecodeRunMsg(r.msg.Subject(), r.msg.Data(), w.names)
 	digest := rawDigest(r.msg.Data())
+	var fair events.Fairness
 	if decodeErr == nil {
 		digest = req.Digest()
+		fair, decodeErr = events.FairnessOf(req, r.msg.Headers())
+	}
+	if decodeErr != nil {
+		var handedBack bool
+		if handedBack, decodeErr = r.handBackNewer(decodeErr); handedBack {
+			return
+		}
 	}
 
 	r.req = req
-	st, err := r.claim(digest, w.runTimeout(req), r.stepAnswered())
+	st, err := r.claim(digest, fair, w.runTimeout(req), r.stepAnswered())
 	switch {
 	case errors.Is(err, errStillWaiting):
 		r.logger().Info().Msg("the run waits for answers; its job is done until they are in")
@@ -142,6 +151,33 @@ func (r *run) execute() {
 	timers := r.armTimers(req)
 	defer timers.stop()
 	r.drive(req, pos)
+}
+
+// handBackNewer gives back the job of a request whose only fault is
+// fields this worker does not know (a newer worker's, in a rolling
+// upgrade), before the run is claimed, for up to NewerFieldsGrace after
+// its submit; it reports whether it did. Past the grace, the error it
+// returns says so and the run fails as invalid.
+func (r *run) handBackNewer(decodeErr error) (bool, error) {
+	if !errors.Is(decodeErr, events.ErrUnknownField) {
+		return false, decodeErr
+	}
+	fields := events.NewerFields(r.msg.Subject(), r.msg.Data(), r.w.names)
+	if fields == nil {
+		return false, decodeErr
+	}
+	grace := r.w.cfg.NewerFieldsGrace
+	if grace < 0 {
+		return false, decodeErr
+	}
+	if !r.submitted.IsZero() && time.Since(r.submitted) >= grace {
+		return false, fmt.Errorf("%w (no worker that knows %s took the request within %s of its submit)",
+			decodeErr, strings.Join(fields, ", "), grace)
+	}
+	r.logger().Warn().Strs("fields", fields).Dur("retry_in", r.w.cfg.NewerFieldsRetry).
+		Msg("the request has fields this worker does not know; handed back for a newer worker")
+	r.end(retryAfter(r.w.cfg.NewerFieldsRetry))
+	return true, nil
 }
 
 // drive runs the upstream reader and decides how the run ends. The reader

@@ -136,7 +136,7 @@ func TestDeadLettersAreRedacted(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.startWorker(consumer.Config{WorkerID: "red"})
-	body := `{"run_id":"red-1","model":"m","input":"hi","bogus":1,"tools":[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never","headers":{"Authorization":"Bearer sk-raw-8815"}}]}`
+	body := `{"run_id":"red-1","model":"bad model","input":"hi","bogus":1,"tools":[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never","headers":{"Authorization":"Bearer sk-raw-8815"}}]}`
 	if _, err := e.js.Publish(context.Background(), "foundryq.runs.red-1", []byte(body)); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestDeadLettersRedactEveryHeaderShape(t *testing.T) {
 	e := setup(t)
 	e.startWorker(consumer.Config{WorkerID: "red-shapes"})
 	headers := `{"B":{"value":"sk-live-obj-5521"},"C":["sk-live-arr-5522"],"D":{"x":{"y":"sk-live-nest-5523"}},"E":5524000001,"F":true,"G":{"secret":"crm-token"}}`
-	body := `{"run_id":"red-2","model":"m","input":"hi","bogus":1,"tools":[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never","headers":` + headers + `}]}`
+	body := `{"run_id":"red-2","model":"bad model","input":"hi","bogus":1,"tools":[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","require_approval":"never","headers":` + headers + `}]}`
 	if _, err := e.js.Publish(context.Background(), "foundryq.runs.red-2", []byte(body)); err != nil {
 		t.Fatal(err)
 	}

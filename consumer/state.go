@@ -12,9 +12,15 @@ import (
 
 // claim records this worker as the run's owner (claimRun). One attempt: a
 // claim that does not land leaves the job for a later delivery.
-func (r *run) claim(digest string, timeout time.Duration, answered bool) (events.RunState, error) {
+func (r *run) claim(digest string, fair events.Fairness, timeout time.Duration, answered bool) (events.RunState, error) {
 	st, err := r.w.states.Upsert(r.hard, r.id, func(s *events.RunState, exists bool) error {
-		return claimStep(s, exists, r.owner, digest, timeout, answered, time.Now().UTC())
+		if err := claimStep(s, exists, r.owner, digest, timeout, answered, time.Now().UTC()); err != nil {
+			return err
+		}
+		if fair.Key != "" {
+			s.FairnessKey, s.Priority = fair.Key, fair.Priority
+		}
+		return nil
 	})
 	if err == nil {
 		r.setState(st)

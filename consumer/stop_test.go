@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -284,25 +286,35 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 func TestDeadlineReachesFoundryWhileTheIDCannotBeSaved(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withNATS(natsembed.Config{MaxStore: 48 << 20}))
+	// The create's stream (response.created first) reaches the worker only
+	// once the store is full, however long filling it takes.
+	gate := make(chan struct{})
+	up, err := foundry.New(foundry.Config{BaseURL: e.emu.BaseURL(), APIKey: "test-key", HTTPClient: &http.Client{Transport: &gatedCreates{next: http.DefaultTransport, gate: gate}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.up = up
 	e.startWorker(consumer.Config{WorkerID: "full-dl", StoreFullTimeout: time.Minute})
-	// Foundry answers response.created 8s after the create: time to fill
-	// the store on a loaded machine before the id arrives.
-	req := request("full-dl", map[string]string{"emu_created_ms": "8000", "emu_tokens": "3000", "emu_token_ms": "20"})
-	req.TimeoutSeconds = 10
+	req := request("full-dl", map[string]string{"emu_tokens": "3000", "emu_token_ms": "20"})
+	req.TimeoutSeconds = 30 // room to fill the store on a loaded machine
 	e.submit(req)
 	testkit.Eventually(t, 20*time.Second, "the create to reach the emulator", func() bool {
 		return e.emu.Stats().ResponsesByRun["full-dl"] == 1
 	})
 	filler := testkit.FillStore(t, testCtx(t), e.js)
 	st := e.state("full-dl")
-	if st.Deadline == nil || st.ResponseID != "" {
-		t.Fatalf("record %+v: want a deadline and no response id yet", st)
+	if st.Deadline == nil || st.ResponseID != "" || time.Until(*st.Deadline) < 2*time.Second {
+		t.Fatalf("record %+v: want a deadline at least 2s ahead and no response id yet", st)
 	}
+	close(gate)
 	// The store is still full: the id cannot have been saved.
 	testkit.Eventually(t, time.Until(st.Deadline.Add(3*time.Second)), "the response to be cancelled upstream within 3s of the deadline", func() bool {
 		recs := e.emu.Records("full-dl")
 		return len(recs) == 1 && recs[0].Status == "cancelled"
 	})
+	if st := e.state("full-dl"); st.ResponseID != "" {
+		t.Fatalf("record %+v: the id was saved with the store full", st)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := filler.Purge(ctx); err != nil {
@@ -312,6 +324,36 @@ func TestDeadlineReachesFoundryWhileTheIDCannotBeSaved(t *testing.T) {
 	if last.Type != events.TypeRunCancelled || last.Reason != events.ReasonTimeout {
 		t.Fatalf("the run ended %+v, want run.cancelled timeout", last)
 	}
+}
+
+// gatedCreates holds back the body of each create's answer (the stream)
+// until gate is closed; the status and headers pass at once.
+type gatedCreates struct {
+	next http.RoundTripper
+	gate <-chan struct{}
+}
+
+func (g *gatedCreates) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := g.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/responses") {
+		return resp, err
+	}
+	resp.Body = &gatedBody{ReadCloser: resp.Body, gate: g.gate, done: req.Context().Done()}
+	return resp, nil
+}
+
+type gatedBody struct {
+	io.ReadCloser
+	gate, done <-chan struct{}
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	select {
+	case <-b.gate:
+	case <-b.done:
+		return 0, context.Canceled
+	}
+	return b.ReadCloser.Read(p)
 }
 
 // A run's deadline is enforced within about two seconds even while its

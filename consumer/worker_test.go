@@ -194,7 +194,10 @@ func TestInvalidRequestIsDeadLettered(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ id, body, field string }{
 		{"bad-json", `{"run_id":`, ""},
-		{"bad-field", `{"run_id":"bad-field","model":"m","input":"x","colour":"red"}`, "colour"},
+		// A known field in capitals is no newer version's field: it fails at
+		// once (an unknown field alone is handed back: fairness_test.go).
+		{"bad-field", `{"run_id":"bad-field","model":"m","input":"x","Model":"n"}`, "Model"},
+		{"bad-field-and-more", `{"run_id":"bad-field-and-more","model":"m","input":"x","colour":"red","max_output_tokens":3}`, ""},
 		{"bad-both", `{"run_id":"bad-both","model":"m","agent":{"name":"a"},"input":"x"}`, "model"},
 		{"bad-id", `{"run_id":"other","model":"m","input":"x"}`, "run_id"},
 	} {

@@ -116,6 +116,11 @@ type SubmitResult struct {
 //
 // Submit never generates a run id: use NewRunID.
 //
+// req.FairnessKey and req.Priority are sent as the headers
+// HeaderFairnessKey and HeaderPriority, not in the body: a worker from
+// before them ignores the headers (and runs the request in its turn)
+// where it would refuse the body fields.
+//
 // The request's headers carry the W3C trace context of a "foundryq submit"
 // span (a child of the span in ctx, if any): the worker's run span
 // continues it.
@@ -131,11 +136,20 @@ func (c *Client) Submit(ctx context.Context, req RunRequest) (res SubmitResult, 
 	if res, done, err := c.existing(ctx, req.RunID, digest); done {
 		return res, err
 	}
+	msg := nats.NewMsg(c.names.RunSubject(req.RunID))
+	// The fairness key and the priority travel as headers, which workers
+	// from before them ignore, rather than as body fields they refuse.
+	if req.FairnessKey != "" {
+		msg.Header.Set(HeaderFairnessKey, req.FairnessKey)
+	}
+	if req.Priority != "" {
+		msg.Header.Set(HeaderPriority, string(req.Priority))
+	}
+	req.FairnessKey, req.Priority = "", ""
 	data, err := json.Marshal(req)
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("events: submit run %s: encode: %w", req.RunID, err)
 	}
-	msg := nats.NewMsg(c.names.RunSubject(req.RunID))
 	msg.Data = data
 	tracing.Inject(ctx, msg.Header)
 	ack, err := c.js.PublishMsg(ctx, msg,

@@ -11,9 +11,12 @@ import (
 // encoding/json writes them). Two requests with the same fields have the
 // same digest however their JSON was spaced. The state record keeps it, so
 // that a request resubmitted under a used run id is told apart from a
-// retry of the same request.
+// retry of the same request. The fairness key and the priority are left
+// out: they say how the run is scheduled, not what it runs, and may travel
+// in headers instead.
 func (r RunRequest) Digest() string {
 	c := r
+	c.FairnessKey, c.Priority = "", "" // how the run is scheduled, not what it runs
 	c.Tools = append([]json.RawMessage(nil), r.Tools...)
 	if r.Options != nil {
 		c.Options = make(map[string]json.RawMessage, len(r.Options))

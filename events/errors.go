@@ -36,6 +36,15 @@ var (
 	// "never"?: {"tool_names"?, "read_only"?}}. (Every form is accepted: a
 	// call that needs approval pauses the run until its caller answers.)
 	ErrMCPApproval = errors.New("bad require_approval")
+	// ErrBadFairnessKey: a fairness_key (or Foundryq-Fairness-Key header)
+	// that does not match [A-Za-z0-9_-]{1,64}.
+	ErrBadFairnessKey = errors.New("bad fairness_key")
+	// ErrBadPriority: a priority (or Foundryq-Priority header) that is not
+	// "high", "normal" or "low".
+	ErrBadPriority = errors.New("bad priority")
+	// ErrFairnessConflict: the body and a header give different values for
+	// the fairness key or the priority.
+	ErrFairnessConflict = errors.New("body and header disagree")
 )
 
 // ValidationError says which field of a request is wrong and why. Err is

@@ -480,3 +480,20 @@ func TestSummariseFaults(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A run's fairness key and priority come from its body or its headers;
+// a producer that cannot touch the body sets the headers.
+func ExampleFairnessOf() {
+	req := events.RunRequest{RunID: "r1", Model: "gpt-4o", Input: json.RawMessage(`"hi"`), Priority: events.PriorityHigh}
+	h := nats.Header{}
+	h.Set(events.HeaderFairnessKey, "team-a")
+	f, err := events.FairnessOf(req, h)
+	fmt.Println(f.Key, f.Priority, err)
+
+	h.Set(events.HeaderPriority, "low") // disagrees with the body
+	_, err = events.FairnessOf(req, h)
+	fmt.Println(errors.Is(err, events.ErrFairnessConflict))
+	// Output:
+	// team-a high <nil>
+	// true
+}

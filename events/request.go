@@ -73,6 +73,14 @@ type RunRequest struct {
 	// Options are raw Responses fields merged into the request body
 	// (e.g. temperature, reasoning); keys in ReservedOptions are refused.
 	Options map[string]json.RawMessage `json:"options,omitempty"`
+	// FairnessKey names who the run is for (a customer, a team) when the
+	// workers share the queue fairly between keys: [A-Za-z0-9_-]{1,64};
+	// empty: the header HeaderFairnessKey, else DefaultFairnessKey. A
+	// scheduling hint, not part of the request's identity (Digest).
+	FairnessKey string `json:"fairness_key,omitempty"`
+	// Priority is "high", "normal" or "low"; empty: the header
+	// HeaderPriority, else "normal". Not part of Digest either.
+	Priority Priority `json:"priority,omitempty"`
 }
 
 // DecodeRunRequest decodes and validates a run request. Unknown fields,
@@ -127,13 +135,15 @@ var requestFieldSentinels = map[string]error{
 	"cancel_on_disconnect_seconds": ErrBadCancelOnDisconnect,
 	"input_timeout_seconds":        ErrBadTimeout,
 	"options":                      ErrBadOptions,
+	"fairness_key":                 ErrBadFairnessKey,
+	"priority":                     ErrBadPriority,
 }
 
 var (
 	requestFields = map[string]bool{
 		"run_id": true, "model": true, "agent": true, "input": true, "instructions": true, "tools": true,
 		"metadata": true, "max_output_tokens": true, "timeout_seconds": true, "cancel_on_disconnect_seconds": true,
-		"input_timeout_seconds": true, "options": true,
+		"input_timeout_seconds": true, "options": true, "fairness_key": true, "priority": true,
 	}
 	agentFields = map[string]bool{"name": true, "version": true}
 )
@@ -332,7 +342,18 @@ func (r RunRequest) Validate() error {
 	if r.InputTimeoutSeconds < 0 || r.InputTimeoutSeconds > MaxTimeoutSeconds {
 		return invalid("input_timeout_seconds", ErrBadTimeout, "%d must be between 0 (none) and %d", r.InputTimeoutSeconds, MaxTimeoutSeconds)
 	}
-	return validateOptions(r.Options)
+	if err := validateOptions(r.Options); err != nil {
+		return err
+	}
+	if r.FairnessKey != "" {
+		if reason := checkFairnessKey(r.FairnessKey); reason != "" {
+			return invalid("fairness_key", ErrBadFairnessKey, "%s", reason)
+		}
+	}
+	if r.Priority != "" && !r.Priority.Valid() {
+		return invalid("priority", ErrBadPriority, "%s", checkPriority(string(r.Priority)))
+	}
+	return nil
 }
 
 // checkName checks model deployment names and agent names/versions:
@@ -560,4 +581,65 @@ func truncate(s string) string {
 	}
 	r := []rune(s)
 	return string(r[:maxReportedFieldRune]) + "…"
+}
+
+// NewerFields returns the names of the fields of a run request (received
+// on subject) that this version does not know, when they are its only
+// fault: with them left out, the request is valid. A worker hands such a
+// request back for a while instead of failing it, since a newer worker
+// may know them (a rolling upgrade). It returns nil for a valid request,
+// for one with any other fault, and for keys that are known names in
+// another case ("Model"): no version knows those.
+func NewerFields(subject string, data []byte, n Names) []string {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		return nil
+	}
+	var unknown []string
+	// strip deletes obj's unknown keys and returns the known ones with
+	// them, to look for keys given twice.
+	strip := func(obj map[string]json.RawMessage, path string, known map[string]bool) (map[string]bool, bool) {
+		all := maps.Clone(known)
+		for k := range obj {
+			if known[k] {
+				continue
+			}
+			for name := range known {
+				if strings.EqualFold(k, name) {
+					return nil, false
+				}
+			}
+			unknown = append(unknown, path+truncate(k))
+			all[k] = true
+			delete(obj, k)
+		}
+		return all, true
+	}
+	topKeys, ok := strip(top, "", requestFields)
+	if !ok {
+		return nil
+	}
+	nested := map[string]map[string]bool{}
+	if raw, ok := top["agent"]; ok && isObject(raw) {
+		var agent map[string]json.RawMessage
+		if json.Unmarshal(raw, &agent) != nil {
+			return nil
+		}
+		if nested["agent"], ok = strip(agent, "agent.", agentFields); !ok {
+			return nil
+		}
+		top["agent"], _ = json.Marshal(agent)
+	}
+	if len(unknown) == 0 || checkExactKeys(data, topKeys, nested) != nil {
+		return nil
+	}
+	rest, err := json.Marshal(top)
+	if err != nil {
+		return nil
+	}
+	if _, err := DecodeRunMsg(subject, rest, n); err != nil {
+		return nil
+	}
+	sort.Strings(unknown)
+	return unknown
 }

@@ -86,6 +86,15 @@ func TestDecodeRunRequest(t *testing.T) {
 		{"disconnect negative", `{"run_id":"r1","model":"m","input":"x","cancel_on_disconnect_seconds":-5}`, events.ErrBadCancelOnDisconnect, "cancel_on_disconnect_seconds"},
 		{"disconnect too long", `{"run_id":"r1","model":"m","input":"x","cancel_on_disconnect_seconds":100000}`, events.ErrBadCancelOnDisconnect, "cancel_on_disconnect_seconds"},
 
+		{"fairness key and priority", `{"run_id":"r1","model":"m","input":"x","fairness_key":"team-A_1","priority":"high"}`, nil, ""},
+		{"fairness key 64", `{"run_id":"r1","model":"m","input":"x","fairness_key":"` + strings.Repeat("k", 64) + `"}`, nil, ""},
+		{"fairness key 65", `{"run_id":"r1","model":"m","input":"x","fairness_key":"` + strings.Repeat("k", 65) + `"}`, events.ErrBadFairnessKey, "fairness_key"},
+		{"fairness key with dot", `{"run_id":"r1","model":"m","input":"x","fairness_key":"a.b"}`, events.ErrBadFairnessKey, "fairness_key"},
+		{"fairness key number", `{"run_id":"r1","model":"m","input":"x","fairness_key":7}`, events.ErrBadFairnessKey, "fairness_key"},
+		{"priority unknown", `{"run_id":"r1","model":"m","input":"x","priority":"urgent"}`, events.ErrBadPriority, "priority"},
+		{"priority in capitals", `{"run_id":"r1","model":"m","input":"x","priority":"HIGH"}`, events.ErrBadPriority, "priority"},
+		{"priority number", `{"run_id":"r1","model":"m","input":"x","priority":1}`, events.ErrBadPriority, "priority"},
+
 		{"options not object", `{"run_id":"r1","model":"m","input":"x","options":[1]}`, events.ErrBadOptions, "options"},
 		{"options stream", `{"run_id":"r1","model":"m","input":"x","options":{"stream":false}}`, events.ErrBadOptions, "options.stream"},
 		{"options model", `{"run_id":"r1","model":"m","input":"x","options":{"model":"other"}}`, events.ErrBadOptions, "options.model"},

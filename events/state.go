@@ -122,6 +122,14 @@ type RunState struct {
 	// Deadline is cleared at the pause and set again from this when the
 	// next step starts.
 	DeadlineLeftMS int64 `json:"deadline_left_ms,omitempty"`
+
+	// FairnessKey and Priority are the run's effective fairness key and
+	// priority (FairnessOf: from the request's body or headers, else the
+	// defaults), recorded when a worker takes the run; absent in records
+	// written by workers from before them, and for a request that was
+	// refused as invalid.
+	FairnessKey string   `json:"fairness_key,omitempty"`
+	Priority    Priority `json:"priority,omitempty"`
 }
 
 // Finished reports whether the run has ended.

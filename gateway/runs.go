@@ -60,6 +60,10 @@ func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.FairnessKey == "" {
+		// A run names who it is for, or else the tenant it came through.
+		req.FairnessKey = t.cfg.Name
+	}
 	res, err := t.client.Submit(traceContext(r), req)
 	var used *events.RunIDUsedError
 	switch {

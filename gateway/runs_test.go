@@ -241,3 +241,43 @@ func TestCreateRunContinuesTheCallersTrace(t *testing.T) {
 		t.Fatalf("run request traceparent %q, want the caller's %q", got, parent)
 	}
 }
+
+// A run created through the gateway is scheduled under the fairness key
+// its body names, or else under its tenant's name; the worker records
+// the key and the priority.
+func TestCreateRunFairnessKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	g := tokenGateway(t, e, gateway.Config{})
+	auth := []string{"Authorization", "Bearer token-a"}
+	for _, c := range []struct {
+		id, key, prio string
+		wantKey       string
+		wantPrio      events.Priority
+	}{
+		{"fair-tenant", "", "", "acme", events.PriorityNormal},
+		{"fair-own", "team-x", "high", "team-x", events.PriorityHigh},
+	} {
+		req := runRequest(nil)
+		req["run_id"] = c.id
+		if c.key != "" {
+			req["fairness_key"], req["priority"] = c.key, c.prio
+		}
+		if r := g.do(t, "POST", "/v1/runs", req, auth...); r.status != http.StatusCreated {
+			t.Fatalf("%s: POST %d %s", c.id, r.status, r.body)
+		}
+		var st events.RunState
+		testkit.Eventually(t, 30*time.Second, c.id+" to complete", func() bool {
+			r := g.do(t, "GET", "/v1/runs/"+c.id, nil, auth...)
+			r.decode(t, &st)
+			return st.Status == events.StatusCompleted
+		})
+		if st.FairnessKey != c.wantKey || st.Priority != c.wantPrio {
+			t.Errorf("%s: recorded key %q priority %q, want %q %q", c.id, st.FairnessKey, st.Priority, c.wantKey, c.wantPrio)
+		}
+	}
+	r := g.do(t, "POST", "/v1/runs", `{"model":"m","input":"x","priority":"urgent"}`, auth...)
+	if ae := r.apiError(t); r.status != http.StatusBadRequest || ae.Field != "priority" {
+		t.Fatalf("priority urgent: %d %+v", r.status, ae)
+	}
+}

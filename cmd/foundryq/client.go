@@ -15,6 +15,7 @@ import (
 // submitFlags are the settings of a run request on the command line.
 type submitFlags struct {
 	model, agent, input, instructions, runID, options *string
+	fairnessKey, priority                             *string
 	timeout, disconnect, inputTimeout                 *time.Duration
 	maxTokens                                         *int
 	metadata, tools                                   *[]string
@@ -34,6 +35,8 @@ func addSubmitFlags(f *flags) submitFlags {
 		metadata:     f.Repeated("metadata", "metadata entry as key=value"),
 		tools:        f.Repeated("tool", "a Responses tool as JSON, e.g. {\"type\":\"mcp\",\"server_label\":\"x\",\"server_url\":\"https://...\",\"require_approval\":\"never\"}"),
 		options:      f.String("options", "", "", "raw Responses fields as a JSON object, e.g. {\"temperature\":0.2}"),
+		fairnessKey:  f.String("fairness-key", "", "", "who the run is for (a customer, a team), [A-Za-z0-9_-]{1,64} (default: \"default\")"),
+		priority:     f.String("priority", "", "", "high, normal or low (default: normal)"),
 	}
 }
 
@@ -85,6 +88,8 @@ func (sf submitFlags) request() (events.RunRequest, error) {
 		TimeoutSeconds:            int((*sf.timeout + time.Second - 1) / time.Second),
 		CancelOnDisconnectSeconds: int((*sf.disconnect + time.Second - 1) / time.Second),
 		InputTimeoutSeconds:       int((*sf.inputTimeout + time.Second - 1) / time.Second),
+		FairnessKey:               *sf.fairnessKey,
+		Priority:                  events.Priority(*sf.priority),
 	}
 	if req.RunID == "" {
 		req.RunID = events.NewRunID()

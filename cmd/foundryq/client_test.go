@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -76,4 +77,27 @@ func TestCancelCommandUnconfirmed(t *testing.T) {
 			t.Fatalf("code %d, stdout %q, stderr %q", code, stdout, stderr)
 		}
 	})
+}
+
+// submit --fairness-key and --priority set the request's fields; a bad
+// value is refused before anything is published (exit 2).
+func TestSubmitFairnessFlags(t *testing.T) {
+	t.Parallel()
+	f := newFlags("submit", "submit")
+	sf := addSubmitFlags(f)
+	if err := f.parse([]string{"--model", "m", "--input", "hi", "--fairness-key", "team-a", "--priority", "low"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	req, err := sf.request()
+	if err != nil || req.FairnessKey != "team-a" || req.Priority != events.PriorityLow {
+		t.Fatalf("request %+v, %v", req, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, bad := range [][]string{{"--priority", "urgent"}, {"--fairness-key", "a.b"}} {
+		args := append([]string{"submit", "--nats-url", "nats://127.0.0.1:1", "--model", "m", "--input", "hi"}, bad...)
+		if code, _, stderr := runCmd(t, ctx, args...); code != exitUsage || !strings.Contains(stderr, strings.TrimPrefix(bad[0], "--")[:8]) {
+			t.Errorf("submit %v: code %d, stderr %q; want a usage error naming the field", bad, code, stderr)
+		}
+	}
 }

@@ -82,7 +82,7 @@ func listRuns(ctx context.Context, c *events.Client, filter events.RunFilter, as
 	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	if !asJSON {
-		fmt.Fprintln(tw, "RUN\tSTATUS\tATTEMPT\tAGE\tUPDATED\tOWNER\tRESPONSE\tUSAGE\tEND\tNOTES")
+		fmt.Fprintln(tw, "RUN\tSTATUS\tPRIORITY\tKEY\tATTEMPT\tAGE\tUPDATED\tOWNER\tRESPONSE\tUSAGE\tEND\tNOTES")
 	}
 	enc := json.NewEncoder(stdout)
 	for st, err := range c.Runs(ctx, filter) {
@@ -131,6 +131,9 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 	}
 	line("status", status)
 	line("response", orDash(st.ResponseID))
+	if st.FairnessKey != "" {
+		line("fairness", fmt.Sprintf("key %s, priority %s", st.FairnessKey, orDash(string(st.Priority))))
+	}
 	line("owner", fmt.Sprintf("%s, attempt %s, failures %d", orDash(st.Owner), orDash(attemptOf(st)), st.Failures))
 	if st.LastError != "" {
 		line("last error", st.LastError)
@@ -214,7 +217,7 @@ func printRunJSON(stdout io.Writer, st events.RunState, sum events.RunSummary) e
 
 // runRow is a run's row of the runs table, its cells separated by tabs.
 func runRow(st events.RunState, now time.Time) string {
-	return strings.Join([]string{st.RunID, string(st.Status), orDash(attemptOf(st)), since(now, st.CreatedAt),
+	return strings.Join([]string{st.RunID, string(st.Status), orDash(string(st.Priority)), orDash(st.FairnessKey), orDash(attemptOf(st)), since(now, st.CreatedAt),
 		since(now, st.UpdatedAt) + " ago", orDash(st.Owner), orDash(st.ResponseID), usageCell(st.Usage), orDash(endText(st)),
 		orDash(strings.Join(runNotes(st, now), "; "))}, "\t")
 }

@@ -66,7 +66,9 @@ func runsStack(t *testing.T) (*devstack.Stack, string) {
 		t.Fatal(err)
 	}
 
-	submit(req("runs-done", nil))
+	done := req("runs-done", nil)
+	done.FairnessKey, done.Priority = "team-a", events.PriorityHigh
+	submit(done)
 	waitFor("runs-done", events.TypeRunCompleted)
 	submit(req("runs-stop", map[string]string{"emu_tokens": "400", "emu_token_ms": "20"}))
 	waitFor("runs-stop", events.TypeTextDelta)
@@ -127,7 +129,7 @@ func TestRunsCommand(t *testing.T) {
 	if code != 0 || strings.Join(column(out), " ") != strings.Join(want, " ") || len(want) != 4 {
 		t.Fatalf("runs: %d %s\n%s\nwant the order %v", code, stderr, out, want)
 	}
-	for _, h := range []string{"ATTEMPT", "AGE", "RESPONSE", "USAGE"} {
+	for _, h := range []string{"PRIORITY", "KEY", "ATTEMPT", "AGE", "RESPONSE", "USAGE"} {
 		if !strings.Contains(out, h) {
 			t.Errorf("runs: no %s column:\n%s", h, out)
 		}
@@ -138,7 +140,7 @@ func TestRunsCommand(t *testing.T) {
 	}
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "runs-done ") {
-			for _, cell := range []string{"completed", done.ResponseID, "in=" + itoa(done.Usage.InputTokens) + " out=" + itoa(done.Usage.OutputTokens), "run.completed completed"} {
+			for _, cell := range []string{"completed", " high ", " team-a ", done.ResponseID, "in=" + itoa(done.Usage.InputTokens) + " out=" + itoa(done.Usage.OutputTokens), "run.completed completed"} {
 				if !strings.Contains(l, cell) {
 					t.Errorf("runs-done row %q lacks %q", l, cell)
 				}
@@ -211,8 +213,12 @@ func TestRunsCommand(t *testing.T) {
 		t.Fatalf("summary of runs-stop: %+v (state usage %+v, %d deltas stored)", sum, one.State.Usage, deltas)
 	}
 
+	code, out, _ = runs("runs-done")
+	if code != 0 || !strings.Contains(out, "key team-a, priority high") {
+		t.Errorf("runs runs-done: %d, no fairness key and priority in\n%s", code, out)
+	}
 	code, out, _ = runs("runs-slow")
-	for _, want := range []string{"status", "running", "so far", "first token", "text.delta", "owner", "w1, attempt 1"} {
+	for _, want := range []string{"status", "running", "so far", "first token", "text.delta", "owner", "w1, attempt 1", "key default, priority normal"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("runs runs-slow: %d, no %q in\n%s", code, want, out)
 		}
@@ -277,7 +283,7 @@ func TestRunRowNotes(t *testing.T) {
 			StalledAt: at(-time.Minute), Deadline: at(-time.Minute)}, "-"},
 	} {
 		cells := strings.Split(runRow(c.st, now), "\t")
-		if len(cells) != 10 || cells[1] != string(c.st.Status) || cells[9] != c.notes {
+		if len(cells) != 12 || cells[1] != string(c.st.Status) || cells[11] != c.notes {
 			t.Errorf("%s: row %q, want status %s and notes %q", c.name, cells, c.st.Status, c.notes)
 		}
 	}

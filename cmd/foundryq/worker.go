@@ -37,6 +37,7 @@ type workerFlags struct {
 	queuedTimeout, storeFullTimeout, streamIdle *time.Duration
 	obfuscation                                 *bool
 	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
+	newerFieldsGrace                            *time.Duration
 	eventInterval, cancelAudit, foregroundPoll  *time.Duration
 	stuckAfter                                  *time.Duration
 	toolTimeout, toolCancelGrace                *time.Duration
@@ -68,6 +69,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.stuckAfter = f.Duration("stuck-after", "FOUNDRYQ_STUCK_AFTER", 5*time.Minute, "a run that stores no event for this long counts in the foundryq_runs_stuck gauge", positive())
 	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown", positive())
 	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the failures so far), unless Foundry asks for another", positive())
+	w.newerFieldsGrace = f.Duration("newer-fields-grace", "FOUNDRYQ_NEWER_FIELDS_GRACE", 10*time.Minute, "how long after its submit a run request whose only fault is fields this worker does not know (a newer version's) is handed back for a newer worker, before it fails invalid_request (negative: fails at once)", positiveOrOff(0))
 	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes", durAtLeast(time.Second))
 	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "failed attempts a run may use before it ends run.failed (hand-offs and lease renewals do not count)", atLeast(1))
 	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept", durAtLeast(time.Second))
@@ -148,6 +150,7 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		ShutdownTimeout:       *w.shutdown,
 		ForegroundPollTimeout: *w.foregroundPoll,
 		RetryDelay:            *w.retryDelay,
+		NewerFieldsGrace:      *w.newerFieldsGrace,
 		StuckAfter:            *w.stuckAfter,
 		ToolTimeout:           *w.toolTimeout,
 		ToolTimeouts:          checked(parseToolTimeouts(*w.toolTimeouts)),
