@@ -35,9 +35,12 @@ type Set struct {
 	compiled map[string]*jsonschema.Schema // by URL, fragments included
 }
 
-// Load loads the embedded schemas, recording what it validates with
-// DefaultRecorder.
-func Load() (*Set, error) { return LoadFS(schema.FS(), DefaultRecorder()) }
+// Load returns the embedded schemas, recording what they validate with
+// DefaultRecorder: one Set for the process (a Set is safe for concurrent
+// use; compiling the schemas takes tens of milliseconds).
+func Load() (*Set, error) { return loadDefault() }
+
+var loadDefault = sync.OnceValues(func() (*Set, error) { return LoadFS(schema.FS(), DefaultRecorder()) })
 
 // LoadFS loads the schemas NAME.json of fsys (a test may change them),
 // recording what it validates with rec (nil: nothing is recorded).
