@@ -15,11 +15,14 @@ import (
 )
 
 // Tap validates every message of the wire contract it sees on a NATS
-// connection: what workers and tools publish must match its schema
-// exactly; what producers send (run requests, cancels, answers) must match
-// it whenever the worker's decoder accepts it (a test may send a malformed
-// one on purpose: then the schema may refuse it too). A message on a
-// subject under the prefix that the contract does not have is an error.
+// connection: what workers, gateways and tools publish must match its
+// schema exactly; what producers send (run requests, cancel records,
+// answers) must match it whenever the worker's decoder accepts it (a test
+// may send a malformed one on purpose: then the schema may refuse it too).
+// It reads every subject of the contract but the request subjects (see
+// NewTap), the state and callback buckets, and the replies on request
+// inboxes. A message on an unknown subject under <prefix>.gateway. (or
+// handed to Check) is an error.
 type Tap struct {
 	set       *Set
 	names     events.Names
