@@ -49,7 +49,7 @@ func TestApprovedRunCompletes(t *testing.T) {
 		t.Fatalf("state of a waiting run: %+v, %v", st, err)
 	}
 
-	reply, err := e.client.Approve(testCtx(t), "ask-1", asked.Items[0].ID, true, "")
+	reply, err := e.client.Approve(testCtx(t), "ask-1", asked.Items[0].ID, true, "looked it up myself")
 	if err != nil || reply.Result != events.InputAccepted {
 		t.Fatalf("approve: %+v, %v", reply, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/events/contract"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
@@ -37,6 +38,7 @@ type env struct {
 	up     *foundry.Client // the workers' Foundry client; a test may replace it before starting workers
 	client *events.Client
 	prov   consumer.ProvisionConfig
+	tap    *contract.Tap // checks the test's traffic against the contract's schemas
 }
 
 type envOpt func(*envConfig)
@@ -82,11 +84,19 @@ func setup(t *testing.T, opts ...envOpt) *env {
 		scfg.NATS.StoreDir = t.TempDir()
 	}
 	s := devstack.StartT(t, scfg)
+	// Every message on NATS must match its schema; the tap reads on a
+	// connection of its own, apart from the test's client.
+	tapConn, err := s.Connect("contract-tap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tapConn.Close)
+	tap := contract.TapT(t, tapConn)
 	js, err := jetstream.New(s.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, stack: s, nc: s.Conn, ns: s.NATS, js: js, emu: s.Emulator, up: s.Upstream, client: s.Client, prov: cfg.prov}
+	return &env{t: t, tap: tap, stack: s, nc: s.Conn, ns: s.NATS, js: js, emu: s.Emulator, up: s.Upstream, client: s.Client, prov: cfg.prov}
 }
 
 // worker is a running consumer.Worker with its connections.

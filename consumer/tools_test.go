@@ -79,6 +79,7 @@ func (e *env) serveTool(name, instance string, beat time.Duration, handle toolHa
 		nc.Close()
 	})
 	if _, err := nc.QueueSubscribe("foundryq.tools."+name, "q", func(m *nats.Msg) {
+		e.tap.Check(m) // the call must match the contract
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

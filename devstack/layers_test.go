@@ -19,9 +19,11 @@ import (
 //
 //	internal/*                   the ground floor: helpers that import nothing of the product
 //	events, foundry              the wire contract and the Foundry client: internal/* only
+//	events/schema                the contract's schemas: nothing of the module
+//	events/contract              checks of traffic against them: events, events/schema, internal/*
 //	foundry/foundrytest          the emulator: foundry, internal/*
 //	consumer                     the worker: events, foundry, internal/*
-//	gateway                      the HTTP face: events, foundry, internal/*
+//	gateway                      the HTTP face: events, events/schema, foundry, internal/*
 //	tools                        function tools served over NATS: events, internal/*
 //	devstack                     the dev/test harness: consumer, events, foundry, foundrytest, internal/*
 //	cmd/foundryq/internal/bench  the benchmark: events, foundry, foundrytest, tools, internal/*
@@ -33,9 +35,11 @@ var layers = []layer{
 	{"cmd/foundryq/internal/bench", []string{"events", "foundry", "foundry/foundrytest", "tools", "internal/..."}},
 	{"cmd/...", []string{"..."}},
 	{"devstack/...", []string{"consumer", "events", "foundry", "foundry/foundrytest", "internal/..."}},
-	{"gateway/...", []string{"events", "foundry", "internal/..."}},
+	{"gateway/...", []string{"events", "events/schema", "foundry", "internal/..."}},
 	{"consumer", []string{"events", "foundry", "internal/..."}},
 	{"tools", []string{"events", "internal/..."}},
+	{"events/schema", []string{}},                                                                   // the contract's JSON Schemas and AsyncAPI document, embedded
+	{"events/contract/...", []string{"events", "events/schema", "events/contract", "internal/..."}}, // the tests' checks of traffic against them
 	{"events", []string{"internal/..."}},
 	{"foundry/conformance", []string{"foundry", "foundry/foundrytest", "internal/..."}},
 	{"foundry/foundrytest", []string{"foundry", "internal/..."}},

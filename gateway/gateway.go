@@ -254,7 +254,8 @@ func (g *Gateway) closeConns() {
 }
 
 // Handler returns the gateway's HTTP handler: the API under /v1/, the
-// health check at /healthz and the console at /. It is valid once Run has
+// health check at /healthz, the API's OpenAPI document at /openapi.json
+// and the console at /. It is valid once Run has
 // connected (Ready is closed).
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -274,6 +275,7 @@ func (g *Gateway) Handler() http.Handler {
 		writeError(w, apiErr(http.StatusNotFound, CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 	mux.HandleFunc("GET /healthz", g.health)
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle("/", g.console()) // GET only: see console
 	return g.guard(mux)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/events/contract"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/gateway"
@@ -37,11 +38,20 @@ type env struct {
 	emu    *foundrytest.Server
 	up     *foundry.Client
 	client *events.Client
+	tap    *contract.Tap // checks the test's traffic against the contract's schemas
 }
 
 func setup(t *testing.T, workers int) *env {
 	t.Helper()
 	ns, nc := natsembed.RunTestTCP(t)
+	// Every message on NATS must match its schema; the tap reads on a
+	// connection of its own, apart from the test's client.
+	tapConn, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tapConn.Close)
+	tap := contract.TapT(t, tapConn)
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
 	t.Cleanup(emu.Close)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -56,7 +66,7 @@ func setup(t *testing.T, workers int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ns: ns, nc: nc, emu: emu, up: up, client: client}
+	e := &env{t: t, tap: tap, ns: ns, nc: nc, emu: emu, up: up, client: client}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	js := mustJS(t, nc)
@@ -118,6 +128,8 @@ type gw struct {
 	url  string
 	http *http.Client
 	stop func()
+	// checker checks every exchange through http against the OpenAPI document.
+	checker *contract.HTTPChecker
 }
 
 // gateway starts a gateway on cfg (NoAuth with one tenant, "default", on a
@@ -198,7 +210,11 @@ func runGatewayWith(t *testing.T, g *gateway.Gateway, scheme string, hc *http.Cl
 		})
 	}
 	t.Cleanup(stop)
-	return &gw{Gateway: g, url: scheme + g.Addr(), http: hc, stop: stop}
+	// Every exchange must match the OpenAPI document.
+	checker := contract.CheckHTTPT(t, gateway.OpenAPI())
+	checked := *hc
+	checked.Transport = checker.Transport(hc.Transport)
+	return &gw{Gateway: g, url: scheme + g.Addr(), http: &checked, stop: stop, checker: checker}
 }
 
 // response is an HTTP answer, read whole.

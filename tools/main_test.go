@@ -10,6 +10,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/events/contract"
+	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/tools"
 )
 
@@ -18,6 +20,21 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait is how long a test waits for something that comes within
 // milliseconds when the machine is idle.
 const wait = 10 * time.Second
+
+// runNATS starts a server for the test and returns a connection to it;
+// every reply of the contract on it (progress and answers of the tools)
+// is checked against the schemas, by a tap on a connection of its own.
+func runNATS(t *testing.T) *nats.Conn {
+	t.Helper()
+	srv, nc := natsembed.RunTest(t)
+	tapConn, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tapConn.Close)
+	contract.TapT(t, tapConn)
+	return nc
+}
 
 // serve serves h as tool name on nc and stops it when the test ends.
 func serve(t *testing.T, nc *nats.Conn, name string, h tools.Handler, opts ...tools.Option) *tools.Service {

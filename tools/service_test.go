@@ -24,7 +24,7 @@ import (
 
 func TestServeAnswersWithTheOutput(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	calls := make(chan tools.Call, 1)
 	serve(t, nc, "get_weather", func(_ context.Context, c tools.Call) (string, error) {
 		calls <- c
@@ -50,7 +50,7 @@ func TestServeAnswersWithTheOutput(t *testing.T) {
 
 func TestServeWithPrefixAndToolNamedCancel(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	echo := func(_ context.Context, c tools.Call) (string, error) { return c.Name, nil }
 	s := serve(t, nc, "cancel", echo)
 	if s.Subject() != "foundryq.tools.cancel" {
@@ -69,7 +69,7 @@ func TestServeWithPrefixAndToolNamedCancel(t *testing.T) {
 
 func TestHandlerErrorsAreMicroErrors(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	serve(t, nc, "lookup", func(_ context.Context, c tools.Call) (string, error) {
 		switch string(c.Arguments) {
 		case "plain":
@@ -98,7 +98,7 @@ func TestHandlerErrorsAreMicroErrors(t *testing.T) {
 
 func TestPanicIsAnsweredAsAnError(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	serve(t, nc, "fragile", func(_ context.Context, c tools.Call) (string, error) {
 		if string(c.Arguments) == "boom" {
 			panic("boom")
@@ -111,7 +111,7 @@ func TestPanicIsAnsweredAsAnError(t *testing.T) {
 
 func TestBadRequestsAreRefusedWith400(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	var ran atomic.Int32
 	serve(t, nc, "get_weather", func(context.Context, tools.Call) (string, error) {
 		ran.Add(1)
@@ -148,7 +148,7 @@ func TestBadRequestsAreRefusedWith400(t *testing.T) {
 
 func TestServeRefusesBadSettings(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	ok := func(context.Context, tools.Call) (string, error) { return "", nil }
 	for _, name := range []string{"", "a.b", "get weather", "x*", "x>", "é", strings.Repeat("x", 65)} {
 		if _, err := tools.Serve(nc, name, ok); !errors.Is(err, tools.ErrInvalidName) {
@@ -290,7 +290,7 @@ func publishCancel(t *testing.T, nc *nats.Conn, runID, callID string) {
 
 func TestCancelMessageCancelsExactlyThatCall(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	_, nc := natsembed.RunTest(t) // no contract tap: it sends a malformed cancel on purpose
 	b := newBlocker()
 	serve(t, nc, "slow", b.handle)
 	replies := map[string]<-chan *nats.Msg{}
@@ -334,7 +334,7 @@ func TestCancelMessageCancelsExactlyThatCall(t *testing.T) {
 
 func TestDeadlineEndsTheCall(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	b := newBlocker()
 	serve(t, nc, "slow", b.handle)
 	deadline := time.Now().Add(300 * time.Millisecond)
@@ -359,7 +359,7 @@ func TestDeadlineEndsTheCall(t *testing.T) {
 
 func TestProgressWhileTheHandlerRuns(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	b := newBlocker()
 	const beat = 20 * time.Millisecond
 	s := serve(t, nc, "slow", b.handle, tools.WithHeartbeat(beat))
@@ -473,7 +473,7 @@ func TestClosedConnectionEndsTheCalls(t *testing.T) {
 
 func TestCallsRunConcurrentlyUpToTheBound(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	b := newBlocker()
 	s := serve(t, nc, "slow", b.handle, tools.WithMaxInFlight(2))
 	replies := map[string]<-chan *nats.Msg{}
@@ -559,7 +559,7 @@ func TestTwoInstancesShareTheCalls(t *testing.T) {
 
 func TestMonitoringEndpoints(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	s := serve(t, nc, "get_weather", func(_ context.Context, c tools.Call) (string, error) {
 		if string(c.Arguments) == "teapot" {
 			return "", tools.Error{Code: "418", Description: "a teapot"}
@@ -624,7 +624,7 @@ func monitor(t *testing.T, nc *nats.Conn, subject string, v any) {
 
 func TestOutputLargerThanMaxPayload(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	size := int(nc.MaxPayload()) + 1
 	serve(t, nc, "big", func(context.Context, tools.Call) (string, error) {
 		return strings.Repeat("x", size), nil
@@ -635,7 +635,7 @@ func TestOutputLargerThanMaxPayload(t *testing.T) {
 
 func TestHandlerContextCarriesTheTrace(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	serve(t, nc, "traced", func(ctx context.Context, _ tools.Call) (string, error) {
 		return trace.SpanContextFromContext(ctx).TraceID().String(), nil
 	})
@@ -649,7 +649,7 @@ func TestHandlerContextCarriesTheTrace(t *testing.T) {
 // remembered: the call, when it comes, is answered without running.
 func TestCancelBeforeTheCallArrives(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
+	nc := runNATS(t)
 	b := newBlocker()
 	svc := serve(t, nc, "slow", b.handle)
 	publishCancel(t, nc, "r1", "c1")

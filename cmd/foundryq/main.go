@@ -44,6 +44,7 @@ var commands = map[string]command{
 	"bench":        {"measure foundryq (NATS, emulator, worker: separate processes) against a bare reader and raw JetStream", runBench, false},
 	"bench-reader": {"the bare SSE reader of foundryq bench", runBenchReader, true},
 	"gateway":      {"serve the HTTP/SSE API and the web console", runGateway, false},
+	"schema":       {"print the JSON Schema of a message of the wire contract, or list them", runSchema, false},
 }
 
 // errHelp means help was printed on request.
