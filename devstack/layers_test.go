@@ -251,11 +251,11 @@ func TestCheckLayers(t *testing.T) {
 			// The bench and the gateway reach consumer through events.
 			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, tools, internal/...): cmd/foundryq/internal/bench → events → consumer",
 			"events imports consumer (events may import only internal/...): events → consumer",
-			"gateway imports consumer (gateway/... may import only events, foundry, internal/...): gateway → events → consumer",
-			"gateway/x imports consumer (gateway/... may import only events, foundry, internal/...): gateway/x → events → consumer",
+			"gateway imports consumer (gateway/... may import only events, events/schema, foundry, internal/...): gateway → events → consumer",
+			"gateway/x imports consumer (gateway/... may import only events, events/schema, foundry, internal/...): gateway/x → events → consumer",
 		}},
 		{"the gateway imports consumer", with(pkg("gateway", "consumer")), []string{
-			"gateway imports consumer (gateway/... may import only events, foundry, internal/...): gateway → consumer",
+			"gateway imports consumer (gateway/... may import only events, events/schema, foundry, internal/...): gateway → consumer",
 		}},
 		{"the bench imports consumer, though under cmd", with(pkg("cmd/foundryq/internal/bench", "consumer")), []string{
 			"cmd/foundryq/internal/bench imports consumer (cmd/foundryq/internal/bench may import only events, foundry, foundry/foundrytest, tools, internal/...): cmd/foundryq/internal/bench → consumer",
