@@ -123,13 +123,15 @@ func Fetch(t testing.TB, ctx context.Context, c *http.Client, method, url string
 // WaitHTTP polls url with GET until it answers code with a body that
 // contains want, and returns that body; it fails the test, with the last
 // answer (or error), if that does not happen within limit. Each request
-// is bounded by 5s.
+// is bounded by 5s, and given at least 1s even near the limit: a last
+// request cut short by the limit would report its own timeout instead of
+// what the server answers.
 func WaitHTTP(t testing.TB, limit time.Duration, url string, code int, want string) string {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	pause := 5 * time.Millisecond
 	for {
-		got, body := tryGet(url, min(5*time.Second, max(time.Until(deadline), time.Millisecond)))
+		got, body := tryGet(url, min(5*time.Second, max(time.Until(deadline), time.Second)))
 		if got == code && strings.Contains(body, want) {
 			return body
 		}

@@ -102,10 +102,16 @@ func TestWaitHTTP(t *testing.T) {
 		t.Fatalf("WaitHTTP = %q after %d calls", body, calls.Load())
 	}
 
-	// Long enough for a loaded machine to answer at least once.
+	// The failure names the server's last answer, even when the last
+	// request starts just before the limit and the server takes its time.
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(30 * time.Millisecond)
+		fmt.Fprint(w, "ok")
+	}))
+	defer slow.Close()
 	f := &fatalTB{TB: t}
-	WaitHTTP(f, 2*time.Second, srv.URL, http.StatusTeapot, "")
-	if want := fmt.Sprintf(`GET %s: 200 "ok" after 2s, want 418 with ""`, srv.URL); f.msg != want {
+	WaitHTTP(f, time.Second, slow.URL, http.StatusTeapot, "")
+	if want := fmt.Sprintf(`GET %s: 200 "ok" after 1s, want 418 with ""`, slow.URL); f.msg != want {
 		t.Fatalf("Fatalf(%q), want %q", f.msg, want)
 	}
 }
