@@ -374,21 +374,20 @@ func (w *Worker) runSpan(ctx context.Context, runID string) trace.SpanContext {
 	if r := w.owned(runID); r != nil {
 		return r.span.SpanContext()
 	}
-	for _, lookup := range []func() (*jetstream.RawStreamMsg, error){
-		func() (*jetstream.RawStreamMsg, error) {
-			return w.res.Events.GetLastMsgForSubject(ctx, w.names.EventSubject(runID))
-		},
-		func() (*jetstream.RawStreamMsg, error) {
-			return w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
-		},
-	} {
-		if m, err := lookup(); err == nil {
-			if sc := trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)); sc.IsValid() {
-				return sc
-			}
-		}
+	if sc := lastSpan(ctx, w.res.Events, w.names.EventSubject(runID)); sc.IsValid() {
+		return sc
 	}
-	return trace.SpanContext{}
+	return lastSpan(ctx, w.res.Runs, w.names.RunSubject(runID))
+}
+
+// lastSpan is the trace context of the last message on subject in stream,
+// or none.
+func lastSpan(ctx context.Context, stream jetstream.Stream, subject string) trace.SpanContext {
+	m, err := stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header))
 }
 
 // cancelNotTaken ends a run that no worker has taken (endJobless): the
