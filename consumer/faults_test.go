@@ -16,6 +16,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
@@ -91,7 +92,10 @@ func TestVanishedDuringSlowCreateCreatesOnce(t *testing.T) {
 	// a outlives the slow create: it reads the response id it can no longer
 	// save, until its shutdown timeout.
 	a := e.startWorker(consumer.Config{WorkerID: "slow-a", ShutdownTimeout: 8 * time.Second})
-	e.submit(request("slow-1", map[string]string{"emu_created_ms": "2000", "emu_tokens": "400", "emu_token_ms": "50"}))
+	// 4,000 tokens at 50 ms: the response streams on for minutes, so the
+	// cancel at a's shutdown can never lose a race with its completion,
+	// however slowly a loaded machine brings b in.
+	e.submit(request("slow-1", map[string]string{"emu_created_ms": "2000", "emu_tokens": "4000", "emu_token_ms": "50"}))
 	e.waitCreate("slow-1")
 	a.crash()
 	e.startWorker(consumer.Config{WorkerID: "slow-b"})
@@ -106,8 +110,14 @@ func TestVanishedDuringSlowCreateCreatesOnce(t *testing.T) {
 	// could never save the response id; when its shutdown times out it
 	// cancels the response nobody can reach.
 	a.shutdown(t)
+	var recs []foundrytest.ResponseRecord
+	defer func() {
+		if t.Failed() {
+			t.Logf("emulator records: %+v", recs)
+		}
+	}()
 	testkit.Eventually(t, 20*time.Second, "the unreachable response to be cancelled", func() bool {
-		recs := e.emu.Records("slow-1")
+		recs = e.emu.Records("slow-1")
 		return len(recs) == 1 && recs[0].Status == "cancelled"
 	})
 }
