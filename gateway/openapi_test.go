@@ -16,6 +16,7 @@ import (
 
 	"github.com/foundryq/foundryq/events/contract"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // The OpenAPI document is a valid OpenAPI 3.1 document (kin-openapi loads
@@ -119,17 +120,9 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		}
 	}
 	slices.Sort(documented)
-	have := routes(t)
-	for _, r := range have {
-		if !slices.Contains(documented, r) {
-			t.Errorf("route %s is not in the OpenAPI document", r)
-		}
-	}
-	for _, r := range documented {
-		if !slices.Contains(have, r) {
-			t.Errorf("the OpenAPI document has %s, which the gateway does not serve", r)
-		}
-	}
+	testkit.SameSet(t, documented, routes(t),
+		"route %s is not in the OpenAPI document",
+		"the OpenAPI document has %s, which the gateway does not serve")
 }
 
 // GET /openapi.json serves the document, without a token.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -210,12 +211,7 @@ func (a *Auditor) CancelAcknowledged(runID string, reply events.CancelReply) {
 func (a *Auditor) RunIDs() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids := make([]string, 0, len(a.runs))
-	for id := range a.runs {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return slices.Sorted(maps.Keys(a.runs))
 }
 
 // WaitEnded waits until every submitted run has a terminal event stored,

@@ -3,6 +3,7 @@ package contract
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,12 +73,7 @@ func (r *Recorder) Add(props ...string) {
 func (r *Recorder) Seen() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.seen))
-	for p := range r.seen {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(r.seen))
 }
 
 // Err is the first error writing r's file.

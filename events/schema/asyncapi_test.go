@@ -11,6 +11,7 @@ import (
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/events/schema"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 type asyncAPI struct {
@@ -103,17 +104,9 @@ func TestAsyncAPISubjectsAreTheNames(t *testing.T) {
 		}
 	}
 	slices.Sort(documented)
-	want := contractSubjects(t)
-	for _, s := range want {
-		if !slices.Contains(documented, s) {
-			t.Errorf("subject %s has no channel in asyncapi.yaml", s)
-		}
-	}
-	for _, s := range documented {
-		if !slices.Contains(want, s) {
-			t.Errorf("asyncapi.yaml has channel %s, which no events.Names (or gateway.CallbackNames) method makes", s)
-		}
-	}
+	testkit.SameSet(t, documented, contractSubjects(t),
+		"subject %s has no channel in asyncapi.yaml",
+		"asyncapi.yaml has channel %s, which no events.Names (or gateway.CallbackNames) method makes")
 }
 
 // Every reference of the AsyncAPI document resolves: to a schema file of

@@ -1,7 +1,8 @@
 // Package testkit is what the tests of several packages share: Eventually
 // to wait for a condition, Buffer for output written by goroutines or
 // processes while a test reads it, Do and Fetch to send an HTTP request
-// with a JSON body, WaitHTTP to wait for an HTTP endpoint's answer, and
+// with a JSON body, WaitHTTP to wait for an HTTP endpoint's answer,
+// SameSet to compare what a document lists with what the code has, and
 // Fill and FillStore to fill a JetStream store. It imports nothing of the
 // product, so that any test may use it, and nothing outside tests does.
 package testkit
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +38,24 @@ func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 20*time.Millisecond)
+	}
+}
+
+// SameSet reports (t.Errorf) every element of want that got lacks, with
+// missing, and every element of got that want lacks, with extra: each a
+// format taking the element, so that both directions of a mismatch
+// between a document and the code are named.
+func SameSet(t testing.TB, got, want []string, missing, extra string) {
+	t.Helper()
+	for _, s := range want {
+		if !slices.Contains(got, s) {
+			t.Errorf(missing, s)
+		}
+	}
+	for _, s := range got {
+		if !slices.Contains(want, s) {
+			t.Errorf(extra, s)
+		}
 	}
 }
 

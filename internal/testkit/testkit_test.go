@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,30 @@ func TestEventually(t *testing.T) {
 	Eventually(f, 30*time.Millisecond, "never", func() bool { return f.msg != "" })
 	if f.msg != "timed out after 30ms waiting for never" {
 		t.Fatalf("Fatalf(%q)", f.msg)
+	}
+}
+
+// errorsTB records every Errorf instead of failing the test.
+type errorsTB struct {
+	testing.TB
+	msgs []string
+}
+
+func (e *errorsTB) Helper() {}
+
+func (e *errorsTB) Errorf(format string, args ...any) {
+	e.msgs = append(e.msgs, fmt.Sprintf(format, args...))
+}
+
+func TestSameSet(t *testing.T) {
+	e := &errorsTB{TB: t}
+	SameSet(e, []string{"a", "b"}, []string{"b", "a"}, "missing %s", "extra %s")
+	if len(e.msgs) != 0 {
+		t.Fatalf("equal sets reported %q", e.msgs)
+	}
+	SameSet(e, []string{"a", "c"}, []string{"a", "b"}, "missing %s", "extra %s")
+	if want := []string{"missing b", "extra c"}; !slices.Equal(e.msgs, want) {
+		t.Fatalf("reported %q, want %q", e.msgs, want)
 	}
 }
 
