@@ -16,7 +16,7 @@ import (
 // text.delta of a run whose publish is in flight. Every 32 tokens the queue
 // is taken, as a publish would.
 func BenchmarkRelayMerge(b *testing.B) {
-	r := &relay{metrics: newMetrics(nil, nil), wake: make(chan struct{}, 1), maxText: eventTextLimit(1 << 20)}
+	r := &relay{metrics: newMetrics(nil, nil), done: make(chan struct{}), maxText: eventTextLimit(1 << 20)}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -48,7 +48,7 @@ func BenchmarkRelayPublish(b *testing.B) {
 		b.Fatal(err)
 	}
 	r := &relay{js: js, stream: res.Events, names: names, runID: "bench", subject: names.EventSubject("bench"),
-		metrics: newMetrics(nil, nil), log: zerolog.Nop(), maxText: eventTextLimit(nc.MaxPayload()), wake: make(chan struct{}, 1)}
+		metrics: newMetrics(nil, nil), log: zerolog.Nop(), maxText: eventTextLimit(nc.MaxPayload()), done: make(chan struct{})}
 	ctx := context.Background()
 	var seq, streamSeq uint64
 	b.ReportAllocs()
