@@ -74,6 +74,7 @@ type relay struct {
 
 	mu       sync.Mutex
 	pending  []pendingEvent
+	spare    []byte // a published delta's text buffer, for the next delta
 	inflight bool
 	closed   bool
 	err      error
@@ -100,10 +101,17 @@ type position struct {
 	Type        events.EventType
 }
 
+// pendingEvent is a queued event. A text delta keeps its text in text,
+// where merged tokens are appended without an allocation each, until it
+// is published.
 type pendingEvent struct {
 	ev          events.RunEvent
-	upstreamSeq int64 // -1: not tied to an upstream event
+	text        []byte // a text delta's text (ev.Text is set at publish)
+	upstreamSeq int64  // -1: not tied to an upstream event
 }
+
+// maxSpare bounds the text buffer a relay keeps for its next delta.
+const maxSpare = 1 << 10
 
 func (w *Worker) newRelay(runID string, last position, interval time.Duration, log zerolog.Logger) *relay {
 	return &relay{
@@ -148,18 +156,17 @@ func (r *relay) add(ev events.RunEvent, upstreamSeq int64) {
 func (r *relay) addText(text string, upstreamSeq int64) {
 	for {
 		var tail *pendingEvent
-		if n := len(r.pending); n > 0 && r.pending[n-1].ev.Type == events.TypeTextDelta && len(r.pending[n-1].ev.Text) < r.maxText {
+		if n := len(r.pending); n > 0 && r.pending[n-1].ev.Type == events.TypeTextDelta && len(r.pending[n-1].text) < r.maxText {
 			tail = &r.pending[n-1]
 		} else {
-			r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, upstreamSeq: -1})
-			tail = &r.pending[len(r.pending)-1]
+			tail = r.newDelta()
 		}
-		room := r.maxText - len(tail.ev.Text)
+		room := r.maxText - len(tail.text)
 		if len(text) <= room {
-			if tail.ev.Text != "" {
+			if len(tail.text) > 0 {
 				r.metrics.deltasCoalesced.Inc()
 			}
-			tail.ev.Text += text
+			tail.text = append(tail.text, text...)
 			if upstreamSeq >= 0 {
 				tail.upstreamSeq = upstreamSeq
 			}
@@ -169,14 +176,22 @@ func (r *relay) addText(text string, upstreamSeq int64) {
 		for cut > 0 && !utf8.RuneStart(text[cut]) {
 			cut--
 		}
-		if cut == 0 && tail.ev.Text == "" {
+		if cut == 0 && len(tail.text) == 0 {
 			cut = room // not UTF-8 at all; cut anyway
 		}
-		tail.ev.Text += text[:cut]
+		tail.text = append(tail.text, text[:cut]...)
 		text = text[cut:]
 		// Force the rest into a new event.
-		r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, upstreamSeq: -1})
+		r.newDelta()
 	}
+}
+
+// newDelta queues an empty text delta, on the spare buffer if there is one.
+// Called with mu held.
+func (r *relay) newDelta() *pendingEvent {
+	r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, text: r.spare, upstreamSeq: -1})
+	r.spare = nil
+	return &r.pending[len(r.pending)-1]
 }
 
 // start lets the relay publish on ctx from now on; onFail is called once
@@ -264,6 +279,9 @@ func (r *relay) drain() {
 		}
 		r.inflight = true
 		pe.ev.RunID = r.runID
+		if pe.ev.Type == events.TypeTextDelta {
+			pe.ev.Text = string(pe.text)
+		}
 		if pe.ev.Seq == 0 {
 			pe.ev.Seq = r.last.Seq + 1
 			pe.ev.Time = time.Now().UTC()
@@ -294,6 +312,9 @@ func (r *relay) drain() {
 			r.activity.Store(r.lastPublish.UnixNano())
 		}
 		r.last = position{Seq: pe.ev.Seq, StreamSeq: streamSeq, UpstreamSeq: pe.upstreamSeq, Type: pe.ev.Type}
+		if pe.text != nil && cap(pe.text) <= maxSpare && r.spare == nil {
+			r.spare = pe.text[:0]
+		}
 		r.mu.Unlock()
 	}
 }

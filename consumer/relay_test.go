@@ -34,13 +34,13 @@ func TestRelaySplitsText(t *testing.T) {
 
 	var got strings.Builder
 	for i, pe := range r.pending {
-		if len(pe.ev.Text) > r.maxText {
-			t.Fatalf("event %d holds %d bytes, more than %d", i, len(pe.ev.Text), r.maxText)
+		if len(pe.text) > r.maxText {
+			t.Fatalf("event %d holds %d bytes, more than %d", i, len(pe.text), r.maxText)
 		}
-		if !utf8.ValidString(pe.ev.Text) {
+		if !utf8.Valid(pe.text) {
 			t.Fatalf("event %d was cut inside a rune", i)
 		}
-		got.WriteString(pe.ev.Text)
+		got.Write(pe.text)
 	}
 	if got.String() != want.String() {
 		t.Fatal("the split text differs from what was added")
