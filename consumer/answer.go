@@ -247,6 +247,9 @@ func (w *Worker) onCancelRequest(ctx context.Context, m *nats.Msg) {
 // out. m is the request as received, passed on to the owner.
 func (w *Worker) answerCancel(ctx context.Context, runID string, req events.CancelRequest, m *nats.Msg) (events.CancelReply, func()) {
 	id := m.Header.Get(events.HeaderCancelID)
+	if reply, after, ok := w.ownCancel(ctx, runID, req, m); ok {
+		return reply, after
+	}
 	for range 3 {
 		st, exists, err := w.readState(ctx, runID)
 		if err != nil {

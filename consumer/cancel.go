@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -462,4 +463,30 @@ func (w *Worker) audit(runID, responseID string) {
 		// the upstream status in the run's state.
 		w.m.completedAfterCancl.Inc()
 	}()
+}
+
+// ownCancel answers a cancel request for a run this worker owns and runs
+// without reading the run's record first: the run stops at once, and the
+// cancel is recorded by a compare-and-set on this worker's last write of
+// the record (cancelTaken), so neither the reply nor run.cancelled waits
+// behind a read from the bucket's leader, which under load queues behind
+// every other request to it. ok is false when the run does not run here
+// (not owned, not started, or waiting): the record decides (answerCancel).
+func (w *Worker) ownCancel(ctx context.Context, runID string, req events.CancelRequest, m *nats.Msg) (reply events.CancelReply, after func(), ok bool) {
+	r := w.owned(runID)
+	if r == nil || !r.runsHere() {
+		return events.CancelReply{}, nil, false
+	}
+	r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(ctx))
+	reply, after = w.cancelTaken(ctx, runID, req, m)
+	return reply, after, true
+}
+
+// runsHere reports whether the run's record, as this owner last wrote or
+// read it, says it runs (or is being cancelled): a cancel of it is the
+// owner's to apply.
+func (r *run) runsHere() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Status == events.StatusRunning || r.state.Status == events.StatusCancelling
 }

@@ -39,6 +39,11 @@ func eventTextLimit(maxPayload int64) int {
 // a lone text delta also waits until that long after the previous publish,
 // trading that much token latency for fewer, larger events.
 //
+// A goroutine publishes only while events are queued (drain), and a held
+// delta waits on a timer, not a goroutine: of 5,000 runs streaming a token
+// every second or so, almost none has a publish in flight at any moment, and
+// a parked goroutine per run would cost its stack (8 KiB) for nothing.
+//
 // Every publish carries Nats-Msg-Id <run_id>:<seq> and expects the subject's
 // last stream sequence to be the one this relay stored last. A second writer
 // (a zombie owner, or the worker that took the run over) therefore cannot
@@ -69,11 +74,19 @@ type relay struct {
 
 	mu       sync.Mutex
 	pending  []pendingEvent
+	spare    []byte // a published delta's text buffer, for the next delta
 	inflight bool
 	closed   bool
 	err      error
-	wake     chan struct{} // capacity 1: something was added or closed
 	idle     chan struct{} // closed when pending drains or the relay fails; nil if nobody waits
+
+	ctx      context.Context // set by start
+	onFail   func(error)
+	started  bool
+	draining bool          // a drain goroutine runs
+	held     *time.Timer   // wakes a held delta; nil if none
+	done     chan struct{} // closed once the relay is finished (finish)
+	unwatch  func() bool   // stops watching ctx
 
 	last        position      // what is stored on the subject
 	lastPublish time.Time     // when the last event was stored
@@ -88,10 +101,17 @@ type position struct {
 	Type        events.EventType
 }
 
+// pendingEvent is a queued event. A text delta keeps its text in text,
+// where merged tokens are appended without an allocation each, until it
+// is published.
 type pendingEvent struct {
 	ev          events.RunEvent
-	upstreamSeq int64 // -1: not tied to an upstream event
+	text        []byte // a text delta's text (ev.Text is set at publish)
+	upstreamSeq int64  // -1: not tied to an upstream event
 }
+
+// maxSpare bounds the text buffer a relay keeps for its next delta.
+const maxSpare = 1 << 10
 
 func (w *Worker) newRelay(runID string, last position, interval time.Duration, log zerolog.Logger) *relay {
 	return &relay{
@@ -107,7 +127,7 @@ func (w *Worker) newRelay(runID string, last position, interval time.Duration, l
 		maxText:        w.maxText,
 		store:          &w.store,
 		storeFullAfter: w.cfg.StoreFullTimeout,
-		wake:           make(chan struct{}, 1),
+		done:           make(chan struct{}),
 		last:           last,
 	}
 }
@@ -128,10 +148,7 @@ func (r *relay) add(ev events.RunEvent, upstreamSeq int64) {
 	} else {
 		r.pending = append(r.pending, pendingEvent{ev: ev, upstreamSeq: upstreamSeq})
 	}
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
+	r.kick()
 }
 
 // addText merges text into the queued delta, splitting at maxText.
@@ -139,18 +156,17 @@ func (r *relay) add(ev events.RunEvent, upstreamSeq int64) {
 func (r *relay) addText(text string, upstreamSeq int64) {
 	for {
 		var tail *pendingEvent
-		if n := len(r.pending); n > 0 && r.pending[n-1].ev.Type == events.TypeTextDelta && len(r.pending[n-1].ev.Text) < r.maxText {
+		if n := len(r.pending); n > 0 && r.pending[n-1].ev.Type == events.TypeTextDelta && len(r.pending[n-1].text) < r.maxText {
 			tail = &r.pending[n-1]
 		} else {
-			r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, upstreamSeq: -1})
-			tail = &r.pending[len(r.pending)-1]
+			tail = r.newDelta()
 		}
-		room := r.maxText - len(tail.ev.Text)
+		room := r.maxText - len(tail.text)
 		if len(text) <= room {
-			if tail.ev.Text != "" {
+			if len(tail.text) > 0 {
 				r.metrics.deltasCoalesced.Inc()
 			}
-			tail.ev.Text += text
+			tail.text = append(tail.text, text...)
 			if upstreamSeq >= 0 {
 				tail.upstreamSeq = upstreamSeq
 			}
@@ -160,67 +176,119 @@ func (r *relay) addText(text string, upstreamSeq int64) {
 		for cut > 0 && !utf8.RuneStart(text[cut]) {
 			cut--
 		}
-		if cut == 0 && tail.ev.Text == "" {
+		if cut == 0 && len(tail.text) == 0 {
 			cut = room // not UTF-8 at all; cut anyway
 		}
-		tail.ev.Text += text[:cut]
+		tail.text = append(tail.text, text[:cut]...)
 		text = text[cut:]
 		// Force the rest into a new event.
-		r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, upstreamSeq: -1})
+		r.newDelta()
 	}
 }
 
+// newDelta queues an empty text delta, on the spare buffer if there is one.
+// Called with mu held.
+func (r *relay) newDelta() *pendingEvent {
+	r.pending = append(r.pending, pendingEvent{ev: events.RunEvent{Type: events.TypeTextDelta}, text: r.spare, upstreamSeq: -1})
+	r.spare = nil
+	return &r.pending[len(r.pending)-1]
+}
+
+// start lets the relay publish on ctx from now on; onFail is called once
+// with the error that stops it early (not when ctx ends while nothing is
+// queued). done is closed once close was called and the queue is empty,
+// or the relay failed, and no publish is in flight.
+func (r *relay) start(ctx context.Context, onFail func(error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ctx, r.onFail, r.started = ctx, onFail, true
+	// No goroutine waits for ctx: the relay fails when it ends.
+	r.unwatch = context.AfterFunc(ctx, func() { r.fail(context.Cause(ctx)) })
+	r.kick()
+}
+
 // run publishes queued events until close is called and the queue is empty,
-// a publish fails for good, or ctx ends. onFail is called once with the
-// error that stopped it early.
+// a publish fails for good, or ctx ends: start, then wait for done.
 func (r *relay) run(ctx context.Context, onFail func(error)) {
+	r.start(ctx, onFail)
+	<-r.done
+}
+
+// kick starts a drain goroutine if events wait and none runs, or arms the
+// timer of a held delta; it closes done once the relay is finished.
+// Called with mu held.
+func (r *relay) kick() {
+	if !r.started || r.draining {
+		return
+	}
+	if r.err != nil || len(r.pending) == 0 {
+		r.signalIdle()
+		if r.err != nil || r.closed {
+			r.finish()
+		}
+		return
+	}
+	if wait := r.holdFor(); wait > 0 {
+		// A lone text delta waits for more text, at most until
+		// EventInterval has passed since the last publish.
+		if r.held == nil {
+			r.held = time.AfterFunc(wait, func() {
+				r.mu.Lock()
+				r.held = nil
+				r.kick()
+				r.mu.Unlock()
+			})
+		}
+		return
+	}
+	r.draining = true
+	go r.drain()
+}
+
+// finish closes done, once. Called with mu held.
+func (r *relay) finish() {
+	select {
+	case <-r.done:
+	default:
+		close(r.done)
+		if r.unwatch != nil {
+			r.unwatch()
+		}
+		if r.held != nil {
+			r.held.Stop()
+			r.held = nil
+		}
+	}
+}
+
+// drain publishes the queued events one at a time, then returns.
+func (r *relay) drain() {
 	for {
 		r.mu.Lock()
-		for len(r.pending) == 0 {
-			if r.closed {
-				r.signalIdle()
-				r.mu.Unlock()
-				return
-			}
-			r.signalIdle()
+		if r.err != nil || len(r.pending) == 0 || r.holdFor() > 0 {
+			r.draining = false
+			r.kick()
 			r.mu.Unlock()
-			select {
-			case <-r.wake:
-			case <-ctx.Done():
-				r.fail(context.Cause(ctx))
-				return
-			}
-			r.mu.Lock()
-		}
-		if wait := r.holdFor(); wait > 0 {
-			// A lone text delta waits for more text, at most until
-			// EventInterval has passed since the last publish.
-			r.mu.Unlock()
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-r.wake:
-			case <-ctx.Done():
-				t.Stop()
-				r.fail(context.Cause(ctx))
-				return
-			}
-			t.Stop()
-			continue
+			return
 		}
 		pe := r.pending[0]
+		r.pending[0] = pendingEvent{}
 		r.pending = r.pending[1:]
+		if len(r.pending) == 0 {
+			r.pending = r.pending[:0:0] // let the drained array go
+		}
 		r.inflight = true
 		pe.ev.RunID = r.runID
+		if pe.ev.Type == events.TypeTextDelta {
+			pe.ev.Text = string(pe.text)
+		}
 		if pe.ev.Seq == 0 {
 			pe.ev.Seq = r.last.Seq + 1
 			pe.ev.Time = time.Now().UTC()
 		} else if pe.ev.Seq != r.last.Seq+1 {
 			// A terminal event numbered in advance (finish) no longer fits.
 			r.mu.Unlock()
-			err := fmt.Errorf("%w: run %s: event seq %d does not follow stored seq %d", ErrLostOwnership, r.runID, pe.ev.Seq, r.last.Seq)
-			r.fail(err)
-			onFail(err)
+			r.failDrain(fmt.Errorf("%w: run %s: event seq %d does not follow stored seq %d", ErrLostOwnership, r.runID, pe.ev.Seq, r.last.Seq))
 			return
 		}
 		if pe.upstreamSeq < 0 {
@@ -229,12 +297,12 @@ func (r *relay) run(ctx context.Context, onFail func(error)) {
 			pe.upstreamSeq = r.last.UpstreamSeq
 		}
 		expect := r.last.StreamSeq
+		ctx := r.ctx
 		r.mu.Unlock()
 
 		streamSeq, err := r.publish(ctx, pe, expect)
 		if err != nil {
-			r.fail(err)
-			onFail(err)
+			r.failDrain(err)
 			return
 		}
 		r.mu.Lock()
@@ -244,8 +312,25 @@ func (r *relay) run(ctx context.Context, onFail func(error)) {
 			r.activity.Store(r.lastPublish.UnixNano())
 		}
 		r.last = position{Seq: pe.ev.Seq, StreamSeq: streamSeq, UpstreamSeq: pe.upstreamSeq, Type: pe.ev.Type}
+		if pe.text != nil && cap(pe.text) <= maxSpare && r.spare == nil {
+			r.spare = pe.text[:0]
+		}
 		r.mu.Unlock()
 	}
+}
+
+// failDrain ends a drain goroutine with err, and tells onFail.
+func (r *relay) failDrain(err error) {
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.inflight = false
+	r.draining = false
+	r.kick()
+	onFail := r.onFail
+	r.mu.Unlock()
+	onFail(err)
 }
 
 // holdFor is how long the head of the queue should wait before it is
@@ -258,14 +343,18 @@ func (r *relay) holdFor() time.Duration {
 	return r.interval - time.Since(r.lastPublish)
 }
 
+// fail stops the relay with err (its ctx ended). A publish in flight ends
+// on its own.
 func (r *relay) fail(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err == nil {
 		r.err = err
 	}
-	r.inflight = false
-	r.signalIdle()
+	if !r.draining {
+		r.inflight = false
+	}
+	r.kick()
 }
 
 // signalIdle wakes flush waiters. Called with mu held.
@@ -293,11 +382,8 @@ func (r *relay) flush(ctx context.Context) error {
 			r.idle = make(chan struct{})
 		}
 		idle := r.idle
+		r.kick() // a held delta goes out now
 		r.mu.Unlock()
-		select {
-		case r.wake <- struct{}{}: // a held delta goes out now
-		default:
-		}
 		select {
 		case <-idle:
 		case <-ctx.Done():
@@ -321,15 +407,12 @@ func (r *relay) tail() position {
 	return r.last
 }
 
-// close lets run return once the queue is empty.
+// close lets the relay finish once the queue is empty.
 func (r *relay) close() {
 	r.mu.Lock()
 	r.closed = true
+	r.kick()
 	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
 }
 
 // publish stores one event, retrying what may succeed on a retry (timeouts,

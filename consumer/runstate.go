@@ -56,9 +56,8 @@ type run struct {
 	hard  context.Context
 	abort context.CancelFunc
 
-	rel       *relay
-	relayDone chan struct{} // closed when the relay's goroutine returns
-	lostOnce  sync.Once     // counts the loss of ownership once (countLost)
+	rel      *relay
+	lostOnce sync.Once // counts the loss of ownership once (countLost)
 
 	mu         sync.Mutex
 	state      events.RunState   // the record as this run last wrote or read it
@@ -123,23 +122,19 @@ func (r *run) startRelay(pos position) {
 	r.rel = r.w.newRelay(r.id, pos, r.w.cfg.EventInterval, *r.logger())
 	r.rel.activity = &r.activity
 	r.rel.onStoreFull = func() { r.stop(errStoreFull) }
-	r.relayDone = make(chan struct{})
-	go func() {
-		defer close(r.relayDone)
-		r.rel.run(r.hard, func(err error) {
-			if errors.Is(err, ErrLostOwnership) {
-				r.stop(ErrLostOwnership)
-			} else if errors.Is(err, errPublishRefused) {
-				r.logger().Error().Err(err).Msg("an event of the run was refused by NATS")
-				r.stop(err)
-			}
-		})
-	}()
+	r.rel.start(r.hard, func(err error) {
+		if errors.Is(err, ErrLostOwnership) {
+			r.stop(ErrLostOwnership)
+		} else if errors.Is(err, errPublishRefused) {
+			r.logger().Error().Err(err).Msg("an event of the run was refused by NATS")
+			r.stop(err)
+		}
+	})
 }
 
 func (r *run) stopRelay() {
 	r.rel.close()
-	<-r.relayDone
+	<-r.rel.done
 }
 
 func (r *run) currentResponseID() string {

@@ -150,3 +150,71 @@ func TestOptInt64(t *testing.T) {
 		}
 	}
 }
+
+// oneByte reads one byte at a time: every line ending, CR or CRLF, is
+// split across reads.
+type oneByte struct{ r io.Reader }
+
+func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:min(len(p), 1)]) }
+
+func TestSSEReaderOneByteReads(t *testing.T) {
+	t.Parallel()
+	in := "event: a\r\ndata: 1\r\n\r\ndata: 2\r\rdata: 3\n\n"
+	r := newSSEReader(oneByte{strings.NewReader(in)})
+	var got []string
+	for {
+		_, data, err := r.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(data))
+	}
+	if strings.Join(got, ",") != "1,2,3" {
+		t.Errorf("events = %q, want 1, 2, 3", got)
+	}
+}
+
+// TestSSEReaderShrinksAfterLongLine: a long event (a response object)
+// grows the read buffer and the data buffer; the short events after it do
+// not keep them grown, so each streaming run holds about sseReadBuffer.
+func TestSSEReaderShrinksAfterLongLine(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 20*sseReadBuffer)
+	in := "data: " + long + "\n\n" + strings.Repeat("data: short\n\n", 200)
+	r := newSSEReader(chunks{strings.NewReader(in), 300}) // as frames arrive over a network
+	_, data, err := r.next()
+	if err != nil || string(data) != long {
+		t.Fatalf("first event: %d bytes, %v", len(data), err)
+	}
+	for range 200 {
+		if _, data, err = r.next(); err != nil || string(data) != "short" {
+			t.Fatalf("short event = %q, %v", data, err)
+		}
+	}
+	if len(r.buf) > sseReadBuffer || cap(r.data) > sseReadBuffer {
+		t.Errorf("buffers after the short events: read %d, data %d bytes; want <= %d", len(r.buf), cap(r.data), sseReadBuffer)
+	}
+}
+
+// chunks reads at most n bytes at a time.
+type chunks struct {
+	r io.Reader
+	n int
+}
+
+func (c chunks) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p), c.n)]) }
+
+// noProgress returns nothing and no error for ever.
+type noProgress struct{}
+
+func (noProgress) Read([]byte) (int, error) { return 0, nil }
+
+func TestSSEReaderNoProgress(t *testing.T) {
+	t.Parallel()
+	if _, _, err := newSSEReader(noProgress{}).next(); !errors.Is(err, io.ErrNoProgress) {
+		t.Errorf("err = %v, want io.ErrNoProgress", err)
+	}
+}

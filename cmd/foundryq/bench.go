@@ -133,8 +133,8 @@ func printReport(w io.Writer, r bench.Report) {
 		}
 	}
 	for _, pt := range r.Memory.Points {
-		fmt.Fprintf(tw, "memory at %d runs, worker over %s (%s): RSS / heap / stacks per run, goroutines per run\t%.1f / %.1f / %.1f KiB, %.2f\t\t(≤ %.0f KiB RSS)\n",
-			pt.Runs, pt.Transport, pt.UpstreamProto, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun, r.Memory.Target)
+		fmt.Fprintf(tw, "memory at %d runs, worker over %s (%s): RSS / heap / stacks per run, goroutines per run; RSS / heap after GCs\t%.1f / %.1f / %.1f KiB, %.2f; %.1f / %.1f KiB\t\t(≤ %.0f KiB RSS)\n",
+			pt.Runs, pt.Transport, pt.UpstreamProto, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun, pt.SettledRSSPerRun, pt.SettledHeapPerRun, r.Memory.Target)
 	}
 	for _, pt := range r.Cancel.Points {
 		fmt.Fprintf(tw, "cancel at %.0f%% (%d runs, %d measured): reply p50 / p99\t%.1f / %.1f ms\t\t\n", pt.Fraction*100, pt.Runs, pt.Cancelled, pt.Reply.P50, pt.Reply.P99)

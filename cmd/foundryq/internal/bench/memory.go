@@ -51,6 +51,10 @@ func (b *bench) memoryAt(ctx context.Context, n int, transport string, profile b
 	if err != nil {
 		return MemoryPoint{}, err
 	}
+	idleSettled, err := b.settledUsage(ctx)
+	if err != nil {
+		return MemoryPoint{}, err
+	}
 	b.progress("memory: %d concurrent runs streaming a token every %s, the worker over %s", n, c.MemoryTokenDelay, transportNames[transport])
 	p := b.prefix("mem")
 	ids, err := b.submit(ctx, p, n, streamMD(foundrytest.MaxScenarioTokens, c.MemoryTokenDelay))
@@ -78,6 +82,10 @@ func (b *bench) memoryAt(ctx context.Context, n int, transport string, profile b
 		b.profile(ctx, "heap", fmt.Sprintf("worker-heap-%d.pprof", n))
 		b.profile(ctx, "goroutine", fmt.Sprintf("worker-goroutine-%d.pprof", n))
 	}
+	settled, err := b.settledUsage(ctx)
+	if err != nil {
+		return MemoryPoint{}, err
+	}
 	proto, err := b.upstreamProto(ctx, p)
 	if err != nil {
 		return MemoryPoint{}, err
@@ -86,12 +94,14 @@ func (b *bench) memoryAt(ctx context.Context, n int, transport string, profile b
 		return MemoryPoint{}, fmt.Errorf("memory: the worker's creates reached the emulator over %s, not %s (%s)", proto, want, transportNames[transport])
 	}
 	pt := MemoryPoint{Runs: n, Transport: transport, UpstreamProto: proto, RSSBytes: u.RSS, IdleRSSBytes: idle.RSS,
-		RSSPerRun:        float64(u.RSS-idle.RSS) / 1024 / float64(n),
-		HeapPerRun:       float64(gs.HeapInuse-idleGo.HeapInuse) / 1024 / float64(n),
-		StackPerRun:      float64(gs.StackInuse-idleGo.StackInuse) / 1024 / float64(n),
-		GoroutinesPerRun: float64(gs.Goroutines-idleGo.Goroutines) / float64(n)}
+		RSSPerRun:         float64(u.RSS-idle.RSS) / 1024 / float64(n),
+		HeapPerRun:        float64(gs.HeapInuse-idleGo.HeapInuse) / 1024 / float64(n),
+		StackPerRun:       float64(gs.StackInuse-idleGo.StackInuse) / 1024 / float64(n),
+		GoroutinesPerRun:  float64(gs.Goroutines-idleGo.Goroutines) / float64(n),
+		SettledRSSPerRun:  float64(settled.RSSBytes-idleSettled.RSSBytes) / 1024 / float64(n),
+		SettledHeapPerRun: float64(settled.HeapInuseBytes-idleSettled.HeapInuseBytes) / 1024 / float64(n)}
 	b.rep.Memory.Points = append(b.rep.Memory.Points, pt)
-	b.progress("memory: %d runs over %s: RSS %.1f KiB/run, heap %.1f KiB/run, stacks %.1f KiB/run, %.1f goroutines/run", n, proto, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun)
+	b.progress("memory: %d runs over %s: RSS %.1f KiB/run, heap %.1f KiB/run, stacks %.1f KiB/run, %.1f goroutines/run; after GCs: RSS %.1f, heap %.1f KiB/run", n, proto, pt.RSSPerRun, pt.HeapPerRun, pt.StackPerRun, pt.GoroutinesPerRun, pt.SettledRSSPerRun, pt.SettledHeapPerRun)
 	b.progress("memory: cancelling the %d runs", n)
 	return pt, b.cancelAll(ctx, ids)
 }

@@ -209,6 +209,14 @@ type MemoryPoint struct {
 	HeapPerRun       float64 `json:"heap_kib_per_run"`
 	StackPerRun      float64 `json:"stack_kib_per_run"`
 	GoroutinesPerRun float64 `json:"goroutines_per_run"`
+	// SettledRSSPerRun and SettledHeapPerRun are the same growth once two
+	// forced GCs have freed the garbage and RSS has settled (settledUsage),
+	// against the idle worker's settled figures: what the runs hold, without
+	// the heap the collector lets grow between collections, which the
+	// single reading above includes and which moves by ±20 KiB per run
+	// from one run of the phase to the next. The target is on RSSPerRun.
+	SettledRSSPerRun  float64 `json:"rss_kib_per_run_settled"`
+	SettledHeapPerRun float64 `json:"heap_kib_per_run_settled"`
 }
 
 // CancelReport: cancel latency under streaming load.
