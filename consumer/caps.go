@@ -72,7 +72,9 @@ type limits struct {
 }
 
 // limited reports whether any fleet-wide limit is configured.
-func (c Config) limited() bool { return c.CapPerKey > 0 || len(c.Caps) > 0 || len(c.TokensPerMinute) > 0 }
+func (c Config) limited() bool {
+	return c.CapPerKey > 0 || len(c.Caps) > 0 || len(c.TokensPerMinute) > 0
+}
 
 // capOf is the concurrency cap of fairness key key; 0: none.
 func (c Config) capOf(key string) int {
