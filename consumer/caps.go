@@ -85,9 +85,9 @@ func (c Config) capOf(key string) int {
 }
 
 // startLimits creates the limits bucket (retrying like provision while
-// NATS is unavailable) and starts following its slots; nil when no limit
-// is configured. The watch stops with ctx.
-func (w *Worker) startLimits(ctx context.Context) (*limits, error) {
+// NATS is unavailable, until ctx ends) and starts following its slots
+// until watchCtx ends; nil when no limit is configured.
+func (w *Worker) startLimits(ctx, watchCtx context.Context) (*limits, error) {
 	if !w.cfg.limited() {
 		return nil, nil
 	}
@@ -104,7 +104,10 @@ func (w *Worker) startLimits(ctx context.Context) (*limits, error) {
 		if err == nil {
 			break
 		}
-		if ctx.Err() != nil || w.nc.IsClosed() {
+		if ctx.Err() != nil {
+			return nil, nil // stopped before it started
+		}
+		if w.nc.IsClosed() {
 			return nil, fmt.Errorf("consumer: provision the limits bucket: %w", err)
 		}
 		wait := b.NextBackOff()
@@ -112,7 +115,7 @@ func (w *Worker) startLimits(ctx context.Context) (*limits, error) {
 		retry.Sleep(ctx, wait)
 	}
 	l := &limits{js: w.js, kv: kv, prefix: "$KV." + cfg.Bucket + ".", lease: w.cfg.SlotLease, worker: w.cfg.WorkerID, seen: make(map[string]uint64)}
-	if l.watch, err = kv.Watch(ctx, "slot.>"); err != nil {
+	if l.watch, err = kv.Watch(watchCtx, "slot.>"); err != nil {
 		return nil, fmt.Errorf("consumer: follow the concurrency slots: %w", err)
 	}
 	return l, nil

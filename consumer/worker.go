@@ -202,7 +202,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.readDeadlinesSoon() // records not written again are not heard
 
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
-	if w.limits, err = w.startLimits(leaseCtx); err != nil {
+	if w.limits, err = w.startLimits(ctx, leaseCtx); err != nil {
 		stopLeases()
 		return err
 	}
