@@ -365,31 +365,6 @@ func (r *run) waitQueued(st events.RunState, exists bool, digest string, fair ev
 	r.end(retryAfter(delay))
 }
 
-// markQueued records in a run's record that it waits for reason before a
-// worker takes it. A run without a record gets one, status queued. A
-// finished run, a newer worker's record and a run some worker owns are
-// left alone.
-func markQueued(s *events.RunState, exists bool, digest string, fair events.Fairness, reason string) error {
-	switch {
-	case s.Schema > stateSchema:
-		return errNewerSchema
-	case s.Finished():
-		return errFinished
-	case s.Owner != "":
-		return errClaimed
-	case exists && s.QueueReason == reason:
-		return errSkipUpdate
-	}
-	if !exists {
-		s.Schema = baseSchema
-		s.Status = events.StatusQueued
-		s.Digest = digest
-	}
-	s.FairnessKey, s.Priority = fair.Key, fair.Priority
-	s.QueueReason = reason
-	return nil
-}
-
 // capDelay is how long a run whose key is at its cap waits before it is
 // delivered again: higher priorities come back sooner, and a jitter keeps
 // the waiting runs from coming back all at once.
