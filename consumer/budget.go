@@ -250,7 +250,8 @@ func (r *run) spend(req events.RunRequest, fair events.Fairness) (time.Time, boo
 func (r *run) settleSpend() {
 	st := r.lastState()
 	var used int64
-	if st.Usage != nil {
+	if st.Usage != nil && st.Finished() && r.owner.owns(&st) {
+		// Ended by this attempt: counted once, by the worker that ended it.
 		used = st.Usage.TotalTokens
 		if st.FairnessKey != "" {
 			r.w.m.limits.keyTokens.WithLabelValues(st.FairnessKey).Add(float64(used))

@@ -271,14 +271,15 @@ func (w *Worker) keepSlots(ctx context.Context) {
 				return
 			}
 			w.limits.saw(e)
+			if e != nil {
+				if key, _, ok := parseSlotKey(e.Key()); ok {
+					w.m.limits.keyRunning.WithLabelValues(key).Set(float64(w.limits.running()[key]))
+				}
+			}
 			continue
 		case <-t.C:
 		}
 		w.renewSlots(ctx)
-		w.m.limits.keyRunning.Reset()
-		for key, n := range w.limits.running() {
-			w.m.limits.keyRunning.WithLabelValues(key).Set(float64(n))
-		}
 	}
 }
 
