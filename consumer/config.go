@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -143,6 +144,39 @@ type Config struct {
 	// Registerer receives the worker's Prometheus metrics. Default: none
 	// (metrics are still counted, just not exported).
 	Registerer prometheus.Registerer
+
+	// Fleet-wide limits (caps.go, budget.go), kept in the <prefix>-limits
+	// bucket and shared by every worker of the prefix: they hold only if
+	// every worker is given the same values. A run that must wait for one
+	// stays queued (its record says why: queue_reason) and its job is
+	// handed back with a delay.
+
+	// CapPerKey is the most runs of one fairness key running at once
+	// across the fleet. Default 0: no cap.
+	CapPerKey int
+	// Caps overrides CapPerKey for the fairness keys it names (each at
+	// least 1).
+	Caps map[string]int
+	// SlotLease is how long the concurrency slot of a run stays held once
+	// its worker stops renewing it (the worker was killed): the worker
+	// renews its slots every third of it. Default 30s.
+	SlotLease time.Duration
+	// CapRetryDelay is the delay before a run whose key is at its cap is
+	// delivered again (halved for priority high, doubled for low, plus a
+	// jitter). Default 1s.
+	CapRetryDelay time.Duration
+	// TokensPerMinute is the budget of tokens per minute of each Foundry
+	// deployment: its model deployment's name, or "agent:" and an agent's
+	// name. Deployments it does not name have no budget.
+	TokensPerMinute map[string]int
+	// DefaultOutputTokens is the output a create is estimated at, for the
+	// budget, when its request sets no max_output_tokens. Default 1000.
+	DefaultOutputTokens int
+	// BudgetWindow is the window the service counts tokens in and resets
+	// at its end: a minute on Azure OpenAI. The budget of a window is
+	// TokensPerMinute scaled to it. Default 1m; shorter ones are for tests
+	// against an emulator whose quota window matches.
+	BudgetWindow time.Duration
 }
 
 // DefaultToolTimeout bounds a call of a function tool served over NATS
@@ -211,6 +245,18 @@ func (c Config) withDefaults() Config {
 	if c.ToolCancelGrace == 0 {
 		c.ToolCancelGrace = time.Second
 	}
+	if c.SlotLease == 0 {
+		c.SlotLease = DefaultSlotLease
+	}
+	if c.CapRetryDelay == 0 {
+		c.CapRetryDelay = time.Second
+	}
+	if c.DefaultOutputTokens == 0 {
+		c.DefaultOutputTokens = DefaultOutputTokens
+	}
+	if c.BudgetWindow == 0 {
+		c.BudgetWindow = time.Minute
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -257,6 +303,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("ready check interval must not be negative, got %s", c.ReadyCheckInterval))
 	}
 	errs = append(errs, c.validateTools()...)
+	errs = append(errs, c.validateLimits()...)
 	if !events.ValidRunID(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("worker id %q must match [A-Za-z0-9_-]{1,64}", c.WorkerID))
 	}
@@ -326,4 +373,41 @@ func defaultWorkerID() string {
 		b = []byte("worker")
 	}
 	return string(b) + "-" + strconv.Itoa(os.Getpid())
+}
+
+// validateLimits checks the fleet-wide limits.
+func (c Config) validateLimits() []error {
+	var errs []error
+	if c.CapPerKey < 0 {
+		errs = append(errs, fmt.Errorf("cap per key must not be negative, got %d", c.CapPerKey))
+	}
+	for key, n := range c.Caps {
+		if !events.ValidFairnessKey(key) {
+			errs = append(errs, fmt.Errorf("caps: fairness key %q must match [A-Za-z0-9_-]{1,64}", key))
+		}
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("caps: %s must be at least 1, got %d", key, n))
+		}
+	}
+	if c.SlotLease < time.Second {
+		errs = append(errs, fmt.Errorf("slot lease must be at least 1s, got %s", c.SlotLease))
+	}
+	if c.CapRetryDelay < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("cap retry delay must be at least 10ms, got %s", c.CapRetryDelay))
+	}
+	for dep, n := range c.TokensPerMinute {
+		if dep == "" || strings.TrimPrefix(dep, "agent:") == "" {
+			errs = append(errs, fmt.Errorf("tokens per minute: empty deployment name"))
+		}
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("tokens per minute: %s must be at least 1, got %d", dep, n))
+		}
+	}
+	if c.DefaultOutputTokens < 1 {
+		errs = append(errs, fmt.Errorf("default output tokens must be at least 1, got %d", c.DefaultOutputTokens))
+	}
+	if c.BudgetWindow < time.Second || c.BudgetWindow > time.Minute {
+		errs = append(errs, fmt.Errorf("budget window must be between 1s and 1m, got %s", c.BudgetWindow))
+	}
+	return errs
 }

@@ -116,6 +116,31 @@ func claimStep(s *events.RunState, exists bool, o owner, digest string, timeout 
 	return nil
 }
 
+// markQueued records in a run's record that it waits for reason before a
+// worker takes it. A run without a record gets one, status queued. A
+// finished run, a newer worker's record and a run some worker owns are
+// left alone.
+func markQueued(s *events.RunState, exists bool, digest string, fair events.Fairness, reason string) error {
+	switch {
+	case s.Schema > stateSchema:
+		return errNewerSchema
+	case s.Finished():
+		return errFinished
+	case s.Owner != "":
+		return errClaimed
+	case exists && s.QueueReason == reason:
+		return errSkipUpdate
+	}
+	if !exists {
+		s.Schema = baseSchema
+		s.Status = events.StatusQueued
+		s.Digest = digest
+	}
+	s.FairnessKey, s.Priority = fair.Key, fair.Priority
+	s.QueueReason = reason
+	return nil
+}
+
 // pauseRun records that the run's response (its current step) stopped on
 // items its caller must answer: the step is kept in Steps, the run waits
 // with no owner and no response in flight. inputTimeout > 0 sets the

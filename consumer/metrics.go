@@ -44,6 +44,45 @@ type metrics struct {
 	tokens              *prometheus.CounterVec   // by kind: input, output, reasoning, cached
 	toolCalls           *prometheus.CounterVec   // function calls sent to tools served over NATS, by tool and result
 	toolSeconds         *prometheus.HistogramVec // their duration, by tool
+	limits              limitMetrics
+}
+
+// limitMetrics are those of the fleet-wide caps and budgets (caps.go,
+// budget.go), by fairness key or deployment.
+type limitMetrics struct {
+	keyRunning      *prometheus.GaugeVec   // runs holding a slot across the fleet, by fairness key
+	keyWaits        *prometheus.CounterVec // runs handed back to wait, by fairness key and reason
+	keyTokens       *prometheus.CounterVec // tokens the runs this worker ended used, by fairness key
+	capSlotsLost    prometheus.Counter     // slots that expired before their worker renewed them
+	budgetTokens    *prometheus.CounterVec // tokens this worker took from a budget (estimates), by deployment
+	budgetTightened *prometheus.CounterVec // budgets tightened by Foundry's x-ratelimit-* headers, by deployment
+}
+
+func newLimitMetrics() limitMetrics {
+	return limitMetrics{
+		keyRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "foundryq", Name: "key_running", Help: "Runs holding a concurrency slot across the fleet, by fairness key, as this worker last saw them (with caps only).",
+		}, []string{"key"}),
+		keyWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "key_waits_total", Help: "Runs handed back to wait for a fleet-wide limit, by fairness key and reason (concurrency_cap, token_budget).",
+		}, []string{"key", "reason"}),
+		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "key_tokens_total", Help: "Tokens (total_tokens) of the runs this worker ended, by fairness key: rate() gives the tokens per minute spent.",
+		}, []string{"key"}),
+		capSlotsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "cap_slots_lost_total", Help: "Concurrency slots whose lease ran out before this worker renewed them (its key may have had one run too many).",
+		}),
+		budgetTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "budget_tokens_total", Help: "Tokens this worker took from a deployment's budget (the estimates of its creates), by deployment.",
+		}, []string{"deployment"}),
+		budgetTightened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "budget_tightened_total", Help: "Creates whose x-ratelimit-remaining-tokens was applied to a deployment's budget, by deployment.",
+		}, []string{"deployment"}),
+	}
+}
+
+func (l limitMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{l.keyRunning, l.keyWaits, l.keyTokens, l.capSlotsLost, l.budgetTokens, l.budgetTightened}
 }
 
 // Label values set up front, so that every series a dashboard or an alert
@@ -161,6 +200,7 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 			Namespace: "foundryq", Name: "tool_call_seconds", Help: "Time from sending a function call to a tool served over NATS to its end, by tool (calls nobody serves are not counted).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
 		}, []string{"tool"}),
+		limits: newLimitMetrics(),
 	}
 	for _, t := range terminalTypes {
 		m.runsFinished.WithLabelValues(string(t))
@@ -198,6 +238,7 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 			m.cancelReplySeconds, m.completedAfterCancl, m.deadLetters, m.handoffs, m.lostOwnership,
 			m.cancelsUnconfirmed, m.cancelsPending, m.storeRefusals, m.runsStalled, m.deadlinesEnforced, m.runsPaused, m.inputAnswers, m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens,
 			m.toolCalls, m.toolSeconds)
+		reg.MustRegister(m.limits.collectors()...)
 		if stuck != nil {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: "foundryq", Name: "runs_stuck", Help: "Runs this worker owns that have stored no event for StuckAfter (--stuck-after); computed at each scrape.",

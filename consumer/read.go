@@ -180,6 +180,11 @@ func (r *run) create(ctx context.Context, req events.RunRequest) (*foundry.Strea
 	s, err := r.w.up.Create(ctx, cr)
 	limited := errors.Is(err, foundry.ErrRateLimited)
 	r.w.limiter.done(deployment, probe, limited, retryDelay(err, 0))
+	if limited {
+		r.w.rateLimited(ctx, req, retryDelay(err, 0)) // for the whole fleet (budget.go)
+	} else if err == nil {
+		r.w.observeRateLimit(ctx, req, s.RateLimit())
+	}
 	if err != nil {
 		if createAnswered(err) {
 			r.clearCreate()

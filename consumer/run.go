@@ -90,7 +90,12 @@ func (r *run) execute() {
 	}
 
 	r.req = req
-	st, err := r.claim(digest, fair, w.runTimeout(req), r.stepAnswered())
+	answered := r.stepAnswered()
+	if decodeErr == nil && r.gate(req, digest, fair, answered) {
+		return // waits for a fleet-wide limit (caps.go)
+	}
+	defer r.releaseLimits()
+	st, err := r.claim(digest, fair, w.runTimeout(req), answered)
 	switch {
 	case errors.Is(err, errStillWaiting):
 		r.logger().Info().Msg("the run waits for answers; its job is done until they are in")

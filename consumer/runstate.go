@@ -69,6 +69,8 @@ type run struct {
 	idReady    chan struct{} // closed once the Foundry response id is known
 	createSent bool          // the create was (or is being) sent upstream
 	foreground bool          // Foundry runs the response in the foreground: no resume, no cancel
+	slot       *slot         // the concurrency slot the run holds (caps.go)
+	spent      *spent        // the tokens it took from its deployment's budget (budget.go)
 }
 
 // newRun makes the run of a job. Its span continues the trace context in

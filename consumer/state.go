@@ -20,6 +20,7 @@ func (r *run) claim(digest string, fair events.Fairness, timeout time.Duration, 
 		if fair.Key != "" {
 			s.FairnessKey, s.Priority = fair.Key, fair.Priority
 		}
+		s.QueueReason = "" // taken: it waits no more
 		return nil
 	})
 	if err == nil {

@@ -56,6 +56,7 @@ type Worker struct {
 	conn    *connWatch
 	maxText int // text bytes per event (eventTextLimit)
 	limiter *createLimiter
+	limits  *limits // fleet-wide caps and budgets (caps.go); nil without any
 	ready   readiness
 	store   storeWatch                // whether JetStream refuses writes, its store full
 	pubConn atomic.Pointer[nats.Conn] // the event publishing connection, once Run opened it
@@ -201,12 +202,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.readDeadlinesSoon() // records not written again are not heard
 
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
+	if w.limits, err = w.startLimits(ctx, leaseCtx); err != nil {
+		stopLeases()
+		return err
+	}
 	var leaseWG sync.WaitGroup
 	leaseWG.Add(1)
 	go func() {
 		defer leaseWG.Done()
 		w.keepLeases(leaseCtx)
 	}()
+	if w.limits != nil {
+		leaseWG.Add(1)
+		go func() {
+			defer leaseWG.Done()
+			w.keepSlots(leaseCtx)
+		}()
+	}
 	defer func() {
 		stopLeases()
 		leaseWG.Wait()

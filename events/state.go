@@ -130,7 +130,21 @@ type RunState struct {
 	// refused as invalid.
 	FairnessKey string   `json:"fairness_key,omitempty"`
 	Priority    Priority `json:"priority,omitempty"`
+
+	// QueueReason says why a run that a worker could not start yet waits
+	// (status queued, or a waiting run's next step): QueueReasonCap while
+	// its fairness key has as many runs running across the fleet as its
+	// concurrency cap allows, QueueReasonBudget while its deployment's
+	// tokens-per-minute budget is spent. Its job is handed back and taken
+	// again later; the field is cleared when a worker takes the run.
+	QueueReason string `json:"queue_reason,omitempty"`
 }
+
+// Reasons a run waits before a worker takes it (RunState.QueueReason).
+const (
+	QueueReasonCap    = "concurrency_cap"
+	QueueReasonBudget = "token_budget"
+)
 
 // Finished reports whether the run has ended.
 func (s RunState) Finished() bool { return s.Status.Finished() }

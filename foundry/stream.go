@@ -39,6 +39,7 @@ type Stream struct {
 	hasSeq     bool
 	responseID string
 	requestID  string // x-request-id (else apim-request-id) of the answer that opened the stream
+	rateLimit  RateLimit
 
 	closeOnce sync.Once
 	closed    atomic.Bool // Close was called
@@ -57,7 +58,8 @@ type Stream struct {
 // that a blocked read returns even with transports that ignore the context, and
 // when a read has waited idle (> 0) for a frame.
 func newStream(ctx context.Context, res *http.Response, responseID string, after int64, idle time.Duration) *Stream {
-	s := &Stream{ctx: ctx, body: res.Body, responseID: responseID, requestID: headerRequestID(res.Header)}
+	s := &Stream{ctx: ctx, body: res.Body, responseID: responseID, requestID: headerRequestID(res.Header),
+		rateLimit: parseRateLimit(res.Header)}
 	wake := s.wake // one func value for both callbacks: one allocation less
 	if idle > 0 {
 		s.idle, s.base = idle, time.Now()

@@ -23,6 +23,7 @@ type emulatorFlags struct {
 	acceptAgentField *bool
 	keepalive        *time.Duration
 	recordTimes      *bool
+	tokensPerMinute  *string
 }
 
 func addEmulatorFlags(f *flags, defDelay time.Duration) emulatorFlags {
@@ -37,6 +38,9 @@ func addEmulatorFlags(f *flags, defDelay time.Duration) emulatorFlags {
 			"interval of keepalive events while response.created is held back (emu_created_ms)"),
 		recordTimes: f.Bool("emulator-record-times", "FOUNDRYQ_EMULATOR_RECORD_TIMES", false,
 			"keep each token's and tool call's time, served at /_emulator/records?run_prefix=P (16 bytes a token; for foundryq bench)"),
+		tokensPerMinute: f.String("emulator-tokens-per-minute", "FOUNDRYQ_EMULATOR_TOKENS_PER_MINUTE", "",
+			"a tokens-per-minute quota per deployment, as Azure enforces it (429 with retry-after once spent; x-ratelimit-remaining-tokens on every answer): DEPLOYMENT=N entries separated by commas (empty: no quota)",
+			rule[string]{func(v string) bool { _, err := parseNamedCounts(v, validDeployment); return err == nil }, "DEPLOYMENT=N entries separated by commas (N at least 1)"}),
 	}
 }
 
@@ -48,6 +52,7 @@ func (e emulatorFlags) config(log zerolog.Logger) foundrytest.Config {
 		ResumeWindow:      *e.resumeWindow,
 		KeepaliveInterval: *e.keepalive,
 		RecordTimes:       *e.recordTimes,
+		TokensPerMinute:   checked(parseNamedCounts(*e.tokensPerMinute, validDeployment)),
 		Logger:            log,
 
 		AcceptDeprecatedAgentField: *e.acceptAgentField,

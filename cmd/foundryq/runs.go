@@ -158,6 +158,9 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 		}
 		line("deadline", d)
 	}
+	if r := queueReasonText(st.QueueReason); r != "" && !st.Finished() {
+		line("waits", r)
+	}
 	if st.StalledAt != nil && !st.Finished() {
 		line("stalled", fmt.Sprintf("since %s (%s ago): Foundry's stream has sent nothing", st.StalledAt.Format(time.RFC3339), since(now, *st.StalledAt)))
 	}
@@ -230,6 +233,9 @@ func runNotes(st events.RunState, now time.Time) []string {
 		return nil
 	}
 	var notes []string
+	if r := queueReasonText(st.QueueReason); r != "" {
+		notes = append(notes, r)
+	}
 	if st.StalledAt != nil {
 		notes = append(notes, "stalled since "+since(now, *st.StalledAt))
 	}
@@ -240,6 +246,20 @@ func runNotes(st events.RunState, now time.Time) []string {
 		notes = append(notes, deadlineText(*st.Deadline, now))
 	}
 	return notes
+}
+
+// queueReasonText says why a run waits before a worker takes it
+// (RunState.QueueReason); "" if it does not.
+func queueReasonText(reason string) string {
+	switch reason {
+	case "":
+		return ""
+	case events.QueueReasonCap:
+		return "waits: its fairness key is at its concurrency cap"
+	case events.QueueReasonBudget:
+		return "waits: its deployment's token budget is spent"
+	}
+	return "waits: " + reason
 }
 
 // deadlineText is "deadline in 4m30s", or "deadline passed 12s ago".

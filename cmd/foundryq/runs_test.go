@@ -279,6 +279,10 @@ func TestRunRowNotes(t *testing.T) {
 			"stalled since 1m30s; deadline in 1h0m"},
 		{"cancelling", events.RunState{RunID: "r", Status: events.StatusCancelling,
 			Cancel: &events.CancelRecord{Reason: events.ReasonRequested, At: now.Add(-10 * time.Second)}}, "cancel waits for Foundry since 10s"},
+		{"waiting for a cap", events.RunState{RunID: "r", Status: events.StatusQueued, QueueReason: events.QueueReasonCap},
+			"waits: its fairness key is at its concurrency cap"},
+		{"waiting for the budget", events.RunState{RunID: "r", Status: events.StatusQueued, QueueReason: events.QueueReasonBudget},
+			"waits: its deployment's token budget is spent"},
 		{"finished: no notes", events.RunState{RunID: "r", Status: events.StatusCancelled, Terminal: events.TypeRunCancelled,
 			StalledAt: at(-time.Minute), Deadline: at(-time.Minute)}, "-"},
 	} {

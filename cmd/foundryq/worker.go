@@ -43,6 +43,7 @@ type workerFlags struct {
 	toolTimeout, toolCancelGrace                *time.Duration
 	toolTimeouts, toolIdempotent                *string
 	serveTools                                  *bool
+	limits                                      limitFlags
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -90,6 +91,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 		return err == nil
 	}, "tool names of [A-Za-z0-9_-]{1,64} separated by commas"})
 	w.toolCancelGrace = f.Duration("tool-cancel-grace", "FOUNDRYQ_TOOL_CANCEL_GRACE", time.Second, "how long a cancelled tool call may take to answer before the worker goes on without it", positive())
+	w.limits = addLimitFlags(f)
 	w.secretHosts = f.String("secret-hosts", "FOUNDRYQ_SECRET_HOSTS", "", "where each secret may be sent: NAME=HOST[,HOST...] entries separated by ';' or spaces (HOST: an https server_url host, *.domain, or a connector_id, tunnel_id or project_connection_id)")
 	return w
 }
@@ -137,7 +139,7 @@ func isLoopback(host string) bool {
 }
 
 func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config {
-	return consumer.Config{
+	cfg := consumer.Config{
 		Prefix:                prefix,
 		WorkerID:              *w.workerID,
 		Concurrency:           *w.concurrency,
@@ -166,6 +168,8 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 			StateTTL:     *w.stateTTL,
 		},
 	}
+	w.limits.apply(&cfg)
+	return cfg
 }
 
 // parseToolTimeouts parses --tool-timeouts: NAME=DURATION entries

@@ -89,6 +89,18 @@ type Config struct {
 	// benchmarks (foundryq bench). Default false.
 	RecordTimes bool
 
+	// TokensPerMinute, when set, gives the deployments it names (a model,
+	// or "agent:" and an agent's name) a quota of tokens per minute, as
+	// Azure counts it (quota.go): creates over it answer 429 with
+	// retry-after, and every create's answer carries
+	// x-ratelimit-remaining-tokens. Default: none (no quota, no headers).
+	TokensPerMinute map[string]int
+
+	// QuotaWindow is the window a quota counts in and resets at its end:
+	// a minute, as on Azure, unless a test shortens it (the quota is
+	// TokensPerMinute scaled to the window). Default 1m.
+	QuotaWindow time.Duration
+
 	// Logger receives one line per created, cancelled and finished response.
 	// Default: the zero zerolog.Logger, which discards everything.
 	Logger zerolog.Logger
@@ -111,6 +123,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("foundrytest: Retention must not be negative, got %s", c.Retention)
 	case c.KeepaliveInterval < 0 || c.KeepaliveInterval > MaxScenarioDelay:
 		return fmt.Errorf("foundrytest: KeepaliveInterval must be in [0, %s], got %s", MaxScenarioDelay, c.KeepaliveInterval)
+	}
+	if err := c.validateQuota(); err != nil {
+		return err
 	}
 	for i, k := range c.EntraKeys {
 		if k == nil {
@@ -139,6 +154,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
+	}
+	if c.QuotaWindow == 0 {
+		c.QuotaWindow = time.Minute
 	}
 	if c.KeepaliveInterval == 0 {
 		c.KeepaliveInterval = 30 * time.Second

@@ -80,6 +80,16 @@ func (h *Handler) handleCreate(w http.ResponseWriter, req *http.Request) {
 		cr.background = false
 	}
 
+	quotaHeader, aerr := h.chargeQuota(cr, sc)
+	if aerr != nil {
+		h.stats.rejected.Add(1)
+		h.stats.overQuota.Add(1)
+		aerr.write(w)
+		return
+	}
+	for k, v := range quotaHeader {
+		w.Header()[k] = v
+	}
 	r := h.newResponse(cr, sc)
 	r.proto = req.Proto
 	if !h.register(r) {

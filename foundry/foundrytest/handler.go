@@ -27,6 +27,7 @@ type Handler struct {
 	lastSweep     time.Time
 	throttleUntil time.Time     // creates answer 429 until then (Throttle)
 	throttleRetry time.Duration // the wait they ask for
+	quota         quotaState    // the running token counts (Config.TokensPerMinute)
 	// Process-wide cancel faults (FailCancels, HangCancels): cancel calls
 	// answer 500, or hang then answer 504, until then.
 	cancelFailUntil time.Time
@@ -352,6 +353,7 @@ func (h *Handler) Stats() Stats {
 		ResponsesCreated:                  s.created.Load(),
 		CreatesRejected:                   s.rejected.Load(),
 		CreatesThrottled:                  s.throttled.Load(),
+		CreatesOverQuota:                  s.overQuota.Load(),
 		CancelsReceived:                   s.cancels.Load(),
 		ResponsesCancelled:                s.cancelled.Load(),
 		TokensGenerated:                   s.tokens.Load(),

@@ -19,6 +19,10 @@ type Stats struct {
 	// CreatesThrottled counts creates answered 429 by a Throttle (they are
 	// counted in CreatesRejected too).
 	CreatesThrottled int64 `json:"creates_throttled"`
+	// CreatesOverQuota counts creates answered 429 because their
+	// deployment's quota (Config.TokensPerMinute) was spent (they are
+	// counted in CreatesRejected too).
+	CreatesOverQuota int64 `json:"creates_over_quota"`
 	// CancelsReceived counts POST /responses/{id}/cancel requests, whatever
 	// their outcome.
 	CancelsReceived int64 `json:"cancels_received"`
@@ -69,6 +73,7 @@ type counters struct {
 	created               atomic.Int64
 	rejected              atomic.Int64
 	throttled             atomic.Int64
+	overQuota             atomic.Int64
 	cancels               atomic.Int64
 	cancelled             atomic.Int64
 	tokens                atomic.Int64
