@@ -92,15 +92,35 @@ func (w *Worker) forward(ctx context.Context) {
 			w.fetchFailed(ctx, "fetch run requests to queue", err)
 			continue
 		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if len(msgs) > 0 {
-			w.moveToLanes(msgs)
-		}
+		w.moveEach(batch.Messages())
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			w.fetchFailed(ctx, "fetch run requests to queue", err)
+		}
+	}
+}
+
+// moveEach moves the messages of a fetch as they arrive: those at hand
+// together, without waiting for the batch to fill.
+func (w *Worker) moveEach(ch <-chan jetstream.Msg) {
+	for m := range ch {
+		group := []jetstream.Msg{m}
+		open := true
+	more:
+		for open && len(group) < forwardBatch {
+			select {
+			case m, ok := <-ch:
+				if !ok {
+					open = false
+					break more
+				}
+				group = append(group, m)
+			default:
+				break more
+			}
+		}
+		w.moveToLanes(group)
+		if !open {
+			return
 		}
 	}
 }
