@@ -282,6 +282,10 @@ func TestFairShareUnderAFlood(t *testing.T) {
 		req.FairnessKey = "A"
 		e.submit(req)
 	}
+	// The flood is queued: in its lane, not still in the intake (which is
+	// first in, first out: B's request would queue behind A's there for
+	// as long as moving them takes).
+	testkit.Eventually(t, 60*time.Second, "the intake to be empty", func() bool { return e.streamMsgs("FOUNDRYQ_RUNS") == 0 })
 	bs := ids("b-", 8)
 	sent := make(map[string]time.Time)
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -363,4 +367,29 @@ func TestNATSRestartKeepsTheLanes(t *testing.T) {
 	checkOrder(t, e, highs, normals)
 	checkOrder(t, e, normals, lows)
 	e.waitRunsEmpty()
+}
+
+// A cancel of a run that waits in its lane ends it cancelled and removes
+// its job; the client sees it queued until then.
+func TestCancelOfARunInItsLane(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(consumer.Config{WorkerID: "lane-cancel", Concurrency: 1})
+	e.block("blocker")
+	e.submit(quick("waits", events.PriorityLow, "k"))
+	e.waitQueued(2)
+	if ok, err := e.client.Exists(testCtx(t), "waits"); err != nil || !ok {
+		t.Fatalf("Exists of a run in its lane: %v, %v; want true", ok, err)
+	}
+	if r := e.cancel("waits"); r.Result != events.CancelCancelled {
+		t.Fatalf("cancel of a run in its lane: %+v, want cancelled", r)
+	}
+	e.waitQueued(1) // only the blocker's job is left
+	end := checkWellFormed(t, e.collect("waits", 30*time.Second))
+	if end.Type != events.TypeRunCancelled {
+		t.Fatalf("ended %s, want run.cancelled", end.Type)
+	}
+	if ok, err := e.client.Exists(testCtx(t), "nobody"); err != nil || ok {
+		t.Fatalf("Exists of an unknown run: %v, %v; want false", ok, err)
+	}
 }

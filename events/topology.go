@@ -443,7 +443,9 @@ func QueueStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
 		Duplicates:           cfg.Duplicates,
-		AllowDirect:          true,
+		// No direct get: a run is looked up in the queue by a subject with
+		// wildcards (QueuedRunSubjects), which a message get takes in its
+		// body, and from the stream leader (as last written).
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/devstack"
 	"github.com/foundryq/foundryq/events"
@@ -75,6 +77,7 @@ type fairResult struct {
 	HighWaitP50  time.Duration `json:"high_wait_p50_ns"`
 	HighWaitMax  time.Duration `json:"high_wait_max_ns"`
 	FloodStarted int           `json:"flood_started_before_last_high"` // of A's runs, when the last high started
+	Queued       time.Duration `json:"flood_queued_ns"`                // from the flood's submit to its last request in its lane
 }
 
 // runFairBench runs the fair phase in both modes and prints the table.
@@ -90,9 +93,13 @@ func runFairBench(ctx context.Context, cfg fairBench, asJSON bool, table, progre
 	tw := tabwriter.NewWriter(table, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "fair: %d runs of key A queued, concurrency %d, a run of key B every %s (%d), then %d high runs\n",
 		cfg.Flood, cfg.Concurrency, cfg.BEvery, cfg.BRuns, cfg.Highs)
-	fmt.Fprintf(tw, "mode\tB wait p50\tB wait p99\tB wait max\thigh wait p50\thigh wait max\tA started before the last high\n")
+	fmt.Fprintf(tw, "mode\tA in lanes after\tB wait p50\tB wait p99\tB wait max\thigh wait p50\thigh wait max\tA started before the last high\n")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Mode, r.BWaitP50.Round(time.Millisecond), r.BWaitP99.Round(time.Millisecond),
+		queued := r.Queued.Round(time.Millisecond).String()
+		if r.Mode == "fifo" {
+			queued = "-" // no lanes: the runs stream is the queue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Mode, queued, r.BWaitP50.Round(time.Millisecond), r.BWaitP99.Round(time.Millisecond),
 			r.BWaitMax.Round(time.Millisecond), r.HighWaitP50.Round(time.Millisecond), r.HighWaitMax.Round(time.Millisecond), r.FloodStarted)
 	}
 	if err := tw.Flush(); err != nil {
@@ -124,9 +131,17 @@ func fairMode(ctx context.Context, cfg fairBench, fifo bool, progress io.Writer)
 			Metadata: map[string]string{foundrytest.KeyTokens: strconv.Itoa(cfg.Tokens), foundrytest.KeyTokenMS: "20"}}
 	}
 	fmt.Fprintf(progress, "fair (%s): queueing %d runs of key A\n", mode, cfg.Flood)
+	floodStart := time.Now()
 	if err := submitAll(ctx, s.Client, cfg.Flood, func(i int) events.RunRequest { return req("a-"+strconv.Itoa(i), "A", "") }); err != nil {
 		return res, err
 	}
+	// Queued: wait until the intake is empty (with lanes: every run is in
+	// its lane; first in, first out: taken or waiting in the runs stream).
+	moved, err := waitIntake(ctx, s, fifo, 30*time.Minute)
+	if err != nil {
+		return res, err
+	}
+	res.Queued = moved.Sub(floodStart)
 	sent := make(map[string]time.Time)
 	tick := time.NewTicker(cfg.BEvery)
 	var bs []string
@@ -182,6 +197,35 @@ func fairMode(ctx context.Context, cfg fairBench, fifo bool, progress io.Writer)
 		}
 	}
 	return res, nil
+}
+
+// waitIntake waits until the runs stream is empty (with lanes) and
+// returns when; first in, first out the flood stays there, and it returns
+// at once.
+func waitIntake(ctx context.Context, s *devstack.Stack, fifo bool, limit time.Duration) (time.Time, error) {
+	if fifo {
+		return time.Now(), nil
+	}
+	js, err := jetstream.New(s.Conn)
+	if err != nil {
+		return time.Time{}, err
+	}
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		st, err := js.Stream(ctx, events.Names{}.RunsStream())
+		if err != nil {
+			return time.Time{}, err
+		}
+		if st.CachedInfo().State.Msgs == 0 {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return time.Time{}, fmt.Errorf("bench: fair: the intake still held requests after %s", limit)
 }
 
 func later(a, b time.Time) time.Time {
