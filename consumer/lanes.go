@@ -165,7 +165,7 @@ func (w *Worker) moveToLanes(msgs []jetstream.Msg) {
 			continue
 		}
 		lane := w.laneOf(m)
-		out := nats.NewMsg(w.names.LaneSubject(lane, runID))
+		out := nats.NewMsg(w.names.LaneSubject(lane.Priority, lane.Key, runID))
 		out.Data = m.Data()
 		for k, v := range m.Headers() {
 			out.Header[k] = v
@@ -238,6 +238,6 @@ func (w *Worker) queuedJob(ctx context.Context, runID string) (*jetstream.RawStr
 	if !errors.Is(err, jetstream.ErrMsgNotFound) || w.res.Queue == nil {
 		return job, w.res.Runs, err
 	}
-	job, err = w.res.Queue.GetLastMsgForSubject(ctx, w.names.QueuedRunSubjects(runID))
+	job, err = w.res.Queue.GetLastMsgForSubject(ctx, w.names.LaneSubject("*", "*", runID))
 	return job, w.res.Queue, err
 }

@@ -436,7 +436,7 @@ func (c *Client) inLane(ctx context.Context, runID string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("events: look for run %s in the queue: %w", runID, err)
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(c.names.QueuedRunSubjects(runID)))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(c.names.LaneSubject("*", "*", runID)))
 	if err != nil {
 		return false, fmt.Errorf("events: look for run %s in the queue: %w", runID, err)
 	}

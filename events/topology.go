@@ -374,22 +374,14 @@ const kindQueue = "queue"
 func (n Names) QueueStream() string { return n.upper() + "_QUEUE" }
 
 // LaneSubject is where a run's request waits in its lane:
-// <prefix>.queue.<priority>.<key>.<run_id>.
-func (n Names) LaneSubject(f Fairness, runID string) string {
-	return n.lane(f) + "." + runID
+// <prefix>.queue.<priority>.<key>.<run_id>. LaneSubject("*", "*", id)
+// matches run id's request in any lane.
+func (n Names) LaneSubject(p Priority, key, runID string) string {
+	return n.prefix() + "." + kindQueue + "." + string(p) + "." + key + "." + runID
 }
 
 // LaneFilter matches every request of one lane: <prefix>.queue.<priority>.<key>.*.
-func (n Names) LaneFilter(f Fairness) string { return n.lane(f) + ".*" }
-
-func (n Names) lane(f Fairness) string {
-	return n.prefix() + "." + kindQueue + "." + string(f.Priority) + "." + f.Key
-}
-
-// QueuedRunSubjects matches the request of run runID in any lane.
-func (n Names) QueuedRunSubjects(runID string) string {
-	return n.prefix() + "." + kindQueue + ".*.*." + runID
-}
+func (n Names) LaneFilter(f Fairness) string { return n.LaneSubject(f.Priority, f.Key, "*") }
 
 // QueueWildcard matches every lane.
 func (n Names) QueueWildcard() string { return n.prefix() + "." + kindQueue + ".>" }

@@ -233,7 +233,7 @@ func (t *tenant) queued(ctx context.Context, id string) (*events.RunState, error
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		// Or in its lane (docs/scheduling.md), if workers use lanes.
 		if lanes, lerr := js.Stream(ctx, t.names.QueueStream()); lerr == nil {
-			msg, err = lanes.GetLastMsgForSubject(ctx, t.names.QueuedRunSubjects(id))
+			msg, err = lanes.GetLastMsgForSubject(ctx, t.names.LaneSubject("*", "*", id))
 		}
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
