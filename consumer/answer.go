@@ -398,7 +398,7 @@ func lastSpan(ctx context.Context, stream jetstream.Stream, subject string) trac
 // finished), then run.cancelled is published and the job deleted. Without
 // a job or a record the run is unknown.
 func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.CancelRequest, id string, exists bool) (events.CancelReply, error) {
-	job, err := w.res.Runs.GetLastMsgForSubject(ctx, w.names.RunSubject(runID))
+	job, jobStream, err := w.queuedJob(ctx, runID) // the intake or its lane
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		job, err = nil, nil
 	}
@@ -449,7 +449,7 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	}
 	if job != nil {
 		// The job is deleted, not settled: no worker fetched it.
-		if err := w.res.Runs.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := jobStream.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			// A worker that pulls it finds the run finished and acks it.
 			w.log.Warn().Err(err).Str("run_id", runID).Msg("delete the cancelled job")
 		}

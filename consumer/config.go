@@ -92,6 +92,27 @@ type Config struct {
 	// streams, consumer and bucket exist, so that a probe hitting /readyz
 	// often costs no JetStream API call. Default 5s.
 	ReadyCheckInterval time.Duration
+	// FIFO makes the worker take runs first in, first out from the runs
+	// stream through the one shared consumer, as before lanes: no
+	// priorities, no fair share between fairness keys. Every worker of a
+	// fleet should agree (a FIFO worker takes requests before they reach
+	// their lanes). Default false: lanes (docs/scheduling.md).
+	FIFO bool
+	// PriorityAge is the starvation bound of lanes: a waiting run's
+	// priority rises one level (low to normal, normal to high) for every
+	// PriorityAge it has waited since its submit, so that a low run does
+	// not wait for ever behind a steady flow of normal ones. Default 5m;
+	// negative: priorities never rise.
+	PriorityAge time.Duration
+	// Weights are the fairness keys' shares of the runs started among
+	// waiting runs of one priority (a key not named has weight 1): with
+	// weights 3 and 1, of four runs started while both keys have runs
+	// waiting, three are of the first key.
+	Weights map[string]int
+	// LanePoll is how often an idle worker looks at the lanes for runs
+	// queued by other workers (a run this worker moved to its lane is
+	// seen at once). Default 100ms.
+	LanePoll time.Duration
 	// Provision configures the streams, consumer and bucket the worker
 	// creates (idempotently) at start.
 	Provision ProvisionConfig
@@ -183,6 +204,10 @@ type Config struct {
 // unless Config.ToolTimeout or ToolTimeouts say otherwise.
 const DefaultToolTimeout = time.Minute
 
+// DefaultPriorityAge is the starvation bound of lanes unless
+// Config.PriorityAge says otherwise.
+const DefaultPriorityAge = 5 * time.Minute
+
 // DefaultRunTimeout is the run deadline of requests without
 // timeout_seconds unless Config.DefaultTimeout says otherwise.
 const DefaultRunTimeout = time.Hour
@@ -223,6 +248,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PollWait == 0 {
 		c.PollWait = time.Second
+	}
+	if c.PriorityAge == 0 {
+		c.PriorityAge = DefaultPriorityAge
+	}
+	if c.LanePoll == 0 {
+		c.LanePoll = 100 * time.Millisecond
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = 2 * time.Second
@@ -301,6 +332,20 @@ func (c Config) validate() error {
 	}
 	if c.ReadyCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("ready check interval must not be negative, got %s", c.ReadyCheckInterval))
+	}
+	if c.LanePoll < 10*time.Millisecond || c.LanePoll > 5*time.Second {
+		errs = append(errs, fmt.Errorf("lane poll must be between 10ms and 5s, got %s", c.LanePoll))
+	}
+	if c.PriorityAge > 0 && c.PriorityAge < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("priority age must be at least 100ms (or negative: never), got %s", c.PriorityAge))
+	}
+	for key, wt := range c.Weights {
+		if !events.ValidFairnessKey(key) {
+			errs = append(errs, fmt.Errorf("weights: fairness key %q must match [A-Za-z0-9_-]{1,64}", key))
+		}
+		if wt < 1 || wt > 1000 {
+			errs = append(errs, fmt.Errorf("weights: %s must be between 1 and 1000, got %d", key, wt))
+		}
 	}
 	errs = append(errs, c.validateTools()...)
 	errs = append(errs, c.validateLimits()...)

@@ -104,11 +104,12 @@ func TestNewerFieldIsHandedBack(t *testing.T) {
 	e.publishBody("newer-1", body)
 
 	ctx := testCtx(t)
-	jobs, err := e.js.Consumer(ctx, "FOUNDRYQ_RUNS", "foundryq-workers")
-	if err != nil {
-		t.Fatal(err)
-	}
 	testkit.Eventually(t, 20*time.Second, "the job to be handed back three times", func() bool {
+		// Handed back to its lane (docs/scheduling.md).
+		jobs, err := e.js.Consumer(ctx, "FOUNDRYQ_QUEUE", "foundryq-lane-normal-default")
+		if err != nil {
+			return false
+		}
 		info, err := jobs.Info(ctx)
 		return err == nil && info.NumRedelivered >= 1 && info.Delivered.Consumer >= 3
 	})
@@ -123,11 +124,15 @@ func TestNewerFieldIsHandedBack(t *testing.T) {
 
 	// A newer worker (here: the test) still gets the request, whole.
 	w.shutdown(t)
+	jobs, err := e.js.Consumer(ctx, "FOUNDRYQ_QUEUE", "foundryq-lane-normal-default")
+	if err != nil {
+		t.Fatal(err)
+	}
 	msg, err := jobs.Next(jetstream.FetchMaxWait(10 * time.Second))
 	if err != nil {
 		t.Fatalf("the handed-back job is no longer in the queue: %v", err)
 	}
-	if msg.Subject() != "foundryq.runs.newer-1" || string(msg.Data()) != body {
+	if msg.Subject() != "foundryq.queue.normal.default.newer-1" || string(msg.Data()) != body {
 		t.Fatalf("job %s %s", msg.Subject(), msg.Data())
 	}
 	if err := msg.Ack(); err != nil {

@@ -137,12 +137,16 @@ func (w *worker) shutdown(t *testing.T) {
 func (e *env) waitRunsEmpty() {
 	e.t.Helper()
 	testkit.Eventually(e.t, 10*time.Second, "the runs stream to be empty", func() bool {
-		s, err := e.js.Stream(context.Background(), "FOUNDRYQ_RUNS")
-		if err != nil {
-			return false
+		for _, name := range []string{"FOUNDRYQ_RUNS", "FOUNDRYQ_QUEUE"} { // the intake and the lanes
+			s, err := e.js.Stream(context.Background(), name)
+			if err != nil {
+				return false
+			}
+			if info, err := s.Info(context.Background()); err != nil || info.State.Msgs != 0 {
+				return false
+			}
 		}
-		info, err := s.Info(context.Background())
-		return err == nil && info.State.Msgs == 0
+		return true
 	})
 }
 

@@ -21,15 +21,18 @@ type ProvisionConfig = events.ProvisionConfig
 // Resources are the JetStream objects foundryq runs on.
 type Resources struct {
 	Runs, Events, Dead, Cancels, Inputs jetstream.Stream
-	Consumer                            jetstream.Consumer
-	State                               jetstream.KeyValue
+	// Queue holds the lanes (events.QueueStreamConfig); their consumers
+	// are created as lanes fill (lanes.go).
+	Queue    jetstream.Stream
+	Consumer jetstream.Consumer
+	State    jetstream.KeyValue
 }
 
 // provisionAttempts bounds the retries of one create-or-update when
 // another process creates the same resource concurrently.
 const provisionAttempts = 8
 
-// Provision creates or updates the events, dead-letter, cancels and inputs streams,
+// Provision creates or updates the events, dead-letter, cancels, inputs and queue streams,
 // the state bucket, then the runs stream and the durable worker consumer. It is idempotent and
 // safe to run from many workers at once at start. An existing resource
 // whose configuration cannot be changed in place (e.g. the runs stream's
@@ -54,6 +57,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, n events.Names, cfg 
 		return Resources{}, err
 	}
 	if res.Inputs, err = upsertStream(ctx, js, events.InputsStreamConfig(n, cfg)); err != nil {
+		return Resources{}, err
+	}
+	if res.Queue, err = upsertStream(ctx, js, events.QueueStreamConfig(n, cfg)); err != nil {
 		return Resources{}, err
 	}
 	kcfg := events.StateBucketConfig(n, cfg)

@@ -25,15 +25,15 @@ func TestJobSettledOnlyInSettle(t *testing.T) {
 	}{
 		// The job's settlements (jetstream.Msg).
 		{"DoubleAck", []string{"run.settle"}, "settle is the one place that acks a job"},
-		{"Ack", nil, "a job is acked with DoubleAck, in settle"},
+		{"Ack", []string{"Worker.moveToLanes"}, "a job is acked with DoubleAck, in settle; an intake message once its copy is in its lane (lanes.go)"},
 		{"AckSync", nil, "a job is acked with DoubleAck, in settle"},
 		{"Nak", nil, "a job is nakked with NakWithDelay, in settle"},
-		{"NakWithDelay", []string{"run.settle"}, "settle is the one place that naks a job"},
+		{"NakWithDelay", []string{"run.settle", "Worker.moveToLanes"}, "settle is the one place that naks a job; an intake message not moved to its lane is handed back (lanes.go)"},
 		{"Term", nil, "a job is termed with TermWithReason, in settle"},
 		{"TermWithReason", []string{"run.settle"}, "settle is the one place that terms a job"},
 		{"settle", []string{"run.end"}, "every ending goes through end"},
 		// A queued job that no worker fetched is deleted, not settled.
-		{"Runs.DeleteMsg", []string{"Worker.cancelNotTaken"}, "a run no worker has taken, cancelled"},
+		{"jobStream.DeleteMsg", []string{"Worker.cancelNotTaken"}, "a run no worker has taken, cancelled (in the intake or its lane)"},
 		// Terminal events published outside run.end.
 		{"publishEnd", []string{"Worker.endJobless", "run.repairEnd", "run.repairPause"}, "the job-less ends and the repairs"},
 		{"endJobless", []string{"Worker.cancelNotTaken", "Worker.endWaiting"}, "the two ends of a run whose job no worker holds"},

@@ -85,6 +85,7 @@ type Worker struct {
 	auditWG  sync.WaitGroup // one per pending cancel audit
 	stopping chan struct{}  // closed when shutdown starts
 	sem      chan struct{}  // one slot per run this worker may own
+	sched    *scheduler     // which lanes to take runs from (sched.go)
 }
 
 // New returns a worker that talks to NATS through nc and to Foundry through
@@ -123,6 +124,7 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 	// The resolver logs why it refused a reference, with the hosts, paths
 	// and variables its errors leave out, at debug level.
 	w.cfg.Secrets = cfg.Secrets.WithLogger(w.log)
+	w.sched = newScheduler(w)
 	w.m = newMetrics(cfg.Registerer, func() float64 { return float64(w.stuckRuns(time.Now())) })
 	w.store.m = w.m
 	w.up = observed{up: up, m: w.m, tracer: w.tracer}
@@ -227,7 +229,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("ack_wait", w.ackWait).Msg("worker started")
 	w.ready.heartbeat(time.Now())
 	w.ready.running.Store(true)
-	pullErr := w.pull(ctx)
+	var pullErr error
+	if w.cfg.FIFO {
+		pullErr = w.pull(ctx)
+	} else {
+		// Lanes: move requests from the intake to their lanes, take runs
+		// from the lanes (lanes.go, sched.go).
+		var fwdWG sync.WaitGroup
+		fwdWG.Add(1)
+		go func() {
+			defer fwdWG.Done()
+			w.forward(ctx)
+		}()
+		pullErr = w.pullLanes(ctx)
+		fwdWG.Wait()
+	}
 	w.ready.running.Store(false)
 	w.ready.ended.Store(true)
 	w.shutdown()
@@ -301,34 +317,17 @@ func (w *Worker) background(f func()) bool {
 	return true
 }
 
-// pull fetches jobs while there are free slots, until ctx ends or the NATS
-// connection is closed for good. It never fetches more jobs than it has
-// free slots. It beats Ready's heartbeat at least once per PollWait.
+// pull fetches jobs from the runs stream (Config.FIFO) while there are
+// free slots, until ctx ends or the NATS connection is closed for good. It
+// never fetches more jobs than it has free slots.
 func (w *Worker) pull(ctx context.Context) error {
-	idle := time.NewTicker(w.cfg.PollWait)
-	defer idle.Stop()
 	for ctx.Err() == nil {
-		w.ready.heartbeat(time.Now())
-		if w.nc.IsClosed() {
-			return fmt.Errorf("consumer: %w", nats.ErrConnectionClosed)
+		slots, err := w.reserve(ctx)
+		if err != nil {
+			return err
 		}
-		// Reserve at least one slot, then every other free one.
-		select {
-		case w.sem <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		case <-idle.C:
-			continue // every slot busy: alive all the same
-		}
-		slots := 1
-	more:
-		for slots < cap(w.sem) {
-			select {
-			case w.sem <- struct{}{}:
-				slots++
-			default:
-				break more
-			}
+		if slots == 0 {
+			continue
 		}
 		used := w.fetch(ctx, slots)
 		for range slots - used {
@@ -336,6 +335,36 @@ func (w *Worker) pull(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reserve beats Ready's heartbeat and reserves at least one free slot,
+// then every other free one, and returns how many; 0 when ctx ends or
+// PollWait passes with every slot busy (alive all the same), an error
+// when the NATS connection is closed for good.
+func (w *Worker) reserve(ctx context.Context) (int, error) {
+	w.ready.heartbeat(time.Now())
+	if w.nc.IsClosed() {
+		return 0, fmt.Errorf("consumer: %w", nats.ErrConnectionClosed)
+	}
+	idle := time.NewTimer(w.cfg.PollWait)
+	defer idle.Stop()
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, nil
+	case <-idle.C:
+		return 0, nil
+	}
+	slots := 1
+	for slots < cap(w.sem) {
+		select {
+		case w.sem <- struct{}{}:
+			slots++
+		default:
+			return slots, nil
+		}
+	}
+	return slots, nil
 }
 
 // fetch pulls up to n jobs and starts a run for each; it returns how many

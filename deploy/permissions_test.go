@@ -93,14 +93,10 @@ func TestPermissions(t *testing.T) {
 		}
 		// Concurrency 1: the worker is busy, so this one waits in the queue.
 		submit(t, c, queued, nil)
-		runs, err := client.js.Stream(ctx, names.RunsStream())
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Queued or not, told by the stream's subject counts: no job body read.
-		info, err := runs.Info(ctx, jetstream.WithSubjectFilter(names.RunSubject(queued)))
-		if err != nil || info.State.Subjects[names.RunSubject(queued)] != 1 {
-			t.Fatalf("queued check by stream info: %v, %v", info, err)
+		// Queued or not, told by the runs and queue streams' subject
+		// counts (Exists): no job body read.
+		if ok, err := c.Exists(ctx, queued); err != nil || !ok {
+			t.Fatalf("queued check by stream info: %v, %v", ok, err)
 		}
 		reply, err := c.Cancel(ctx, queued, "queued one")
 		if err != nil || reply.Result != events.CancelCancelled {
@@ -241,6 +237,21 @@ func TestPermissions(t *testing.T) {
 		t.Run("read run requests or cancel requests as they pass", func(t *testing.T) {
 			x.subDenied(t, "foundryq.runs.*")
 			x.subDenied(t, "foundryq.cancel.*")
+		})
+		t.Run("read job bodies in the lanes, or write there", func(t *testing.T) {
+			queue := "FOUNDRYQ_QUEUE"
+			x.denied(t, "$JS.API.STREAM.MSG.GET."+queue, func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.STREAM.MSG.GET."+queue, map[string]any{"last_by_subj": "foundryq.queue.*.*." + victim})
+				return err
+			})
+			x.denied(t, "$JS.API.CONSUMER.CREATE."+queue+".peek", func(ctx context.Context) error {
+				_, err := x.request(ctx, "$JS.API.CONSUMER.CREATE."+queue+".peek", map[string]any{"stream_name": queue, "config": map[string]any{"name": "peek", "ack_policy": "explicit"}})
+				return err
+			})
+			x.denied(t, "foundryq.queue.high.default.jump", func(ctx context.Context) error {
+				_, err := x.request(ctx, "foundryq.queue.high.default.jump", map[string]any{})
+				return err
+			})
 		})
 		t.Run("read job bodies in the runs stream", func(t *testing.T) {
 			x.denied(t, "$JS.API.STREAM.MSG.GET."+names.RunsStream(), func(ctx context.Context) error {

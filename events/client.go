@@ -400,7 +400,8 @@ func (c *Client) State(ctx context.Context, runID string) (RunState, uint64, err
 
 // Exists reports whether run runID exists: a worker has recorded it, or
 // its request waits in the queue (the runs stream's info, filtered to the
-// run's subject: the request itself is not read). A run submitted a moment
+// run's subject, then the queue stream's, to its lane subjects: the
+// request itself is not read). A run submitted a moment
 // ago may be in neither for as long as the publish takes.
 func (c *Client) Exists(ctx context.Context, runID string) (bool, error) {
 	if _, _, err := c.State(ctx, runID); err == nil {
@@ -417,5 +418,27 @@ func (c *Client) Exists(ctx context.Context, runID string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("events: look for run %s in the queue: %w", runID, err)
 	}
-	return info.State.Subjects[subject] > 0, nil
+	if info.State.Subjects[subject] > 0 {
+		return true, nil
+	}
+	return c.inLane(ctx, runID)
+}
+
+// inLane reports whether run runID's request waits in its lane on the
+// queue stream (docs/scheduling.md), by the stream's info filtered to the
+// run's lane subjects; false if there is no queue stream (workers before
+// lanes).
+func (c *Client) inLane(ctx context.Context, runID string) (bool, error) {
+	s, err := c.js.Stream(ctx, c.names.QueueStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("events: look for run %s in the queue: %w", runID, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(c.names.LaneSubject("*", "*", runID)))
+	if err != nil {
+		return false, fmt.Errorf("events: look for run %s in the queue: %w", runID, err)
+	}
+	return len(info.State.Subjects) > 0, nil
 }

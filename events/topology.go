@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,6 +87,11 @@ type ProvisionConfig struct {
 	// answer is at most 260 KiB (events.MaxInputOutputLen and the rest).
 	InputsMaxMsgs  int64
 	InputsMaxBytes int64
+	// LaneInactive is how long a lane consumer (one per priority and
+	// fairness key on the queue stream, QueueStreamConfig) may go without
+	// a pull and without a job in flight before the server removes it; a
+	// worker creates it again when the lane holds jobs. Default 1h.
+	LaneInactive time.Duration
 }
 
 // ProvisionConfig defaults.
@@ -98,6 +104,7 @@ const (
 	DefaultMaxAckPending    = 10000
 	DefaultStateTTL         = 7 * 24 * time.Hour
 	DefaultDeadMaxAge       = 30 * 24 * time.Hour
+	DefaultLaneInactive     = time.Hour
 )
 
 // Defaults of the client-writable streams' message limits.
@@ -161,6 +168,9 @@ func (c ProvisionConfig) WithDefaults() ProvisionConfig {
 	if c.InputsMaxMsgs == 0 {
 		c.InputsMaxMsgs = DefaultInputsMaxMsgs
 	}
+	if c.LaneInactive == 0 {
+		c.LaneInactive = DefaultLaneInactive
+	}
 	return c
 }
 
@@ -210,6 +220,8 @@ func (c ProvisionConfig) check() error {
 		return fmt.Errorf("consumer: provision: RunsMaxMsgs %d, CancelsMaxMsgs %d: each must be -1 (no limit) or positive", c.RunsMaxMsgs, c.CancelsMaxMsgs)
 	case c.RunsMaxBytes < 0, c.CancelsMaxBytes < 0:
 		return fmt.Errorf("consumer: provision: RunsMaxBytes %d, CancelsMaxBytes %d: each must be 0 (no limit of the stream's own) or positive", c.RunsMaxBytes, c.CancelsMaxBytes)
+	case c.LaneInactive < time.Minute:
+		return fmt.Errorf("consumer: provision: LaneInactive %s must be at least 1m", c.LaneInactive)
 	case c.InputsMaxMsgs < -1, c.InputsMaxBytes < -1:
 		return fmt.Errorf("consumer: provision: InputsMaxMsgs %d, InputsMaxBytes %d: each must be -1 (no limit of the stream's own) or positive", c.InputsMaxMsgs, c.InputsMaxBytes)
 	}
@@ -346,5 +358,105 @@ func StateBucketConfig(n Names, cfg ProvisionConfig) jetstream.KeyValueConfig {
 		TTL:         cfg.StateTTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
+	}
+}
+
+// The queue: run requests sorted into lanes, one per priority and
+// fairness key. Producers publish on <prefix>.runs.<run_id> (the runs
+// stream, the intake); a worker moves each request to its lane,
+// <prefix>.queue.<priority>.<key>.<run_id> on the queue stream, and takes
+// the runs it starts from the lanes: the highest priority first, the keys
+// of one priority in weighted turns (docs/scheduling.md). Only workers
+// read or write the queue.
+const kindQueue = "queue"
+
+// QueueStream is the work-queue stream of the lanes (FOUNDRYQ_QUEUE).
+func (n Names) QueueStream() string { return n.upper() + "_QUEUE" }
+
+// LaneSubject is where a run's request waits in its lane:
+// <prefix>.queue.<priority>.<key>.<run_id>. LaneSubject("*", "*", id)
+// matches run id's request in any lane.
+func (n Names) LaneSubject(p Priority, key, runID string) string {
+	return n.prefix() + "." + kindQueue + "." + string(p) + "." + key + "." + runID
+}
+
+// LaneFilter matches every request of one lane: <prefix>.queue.<priority>.<key>.*.
+func (n Names) LaneFilter(f Fairness) string { return n.LaneSubject(f.Priority, f.Key, "*") }
+
+// QueueWildcard matches every lane.
+func (n Names) QueueWildcard() string { return n.prefix() + "." + kindQueue + ".>" }
+
+// LaneConsumer is the durable consumer of one lane:
+// <prefix>-lane-<priority>-<key>.
+func (n Names) LaneConsumer(f Fairness) string {
+	return n.lower() + "-lane-" + string(f.Priority) + "-" + f.Key
+}
+
+// LaneOfSubject returns the lane and run id of a subject in the queue.
+func (n Names) LaneOfSubject(subject string) (Fairness, string, bool) {
+	rest, ok := strings.CutPrefix(subject, n.prefix()+"."+kindQueue+".")
+	if !ok {
+		return Fairness{}, "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || !Priority(parts[0]).Valid() || !ValidFairnessKey(parts[1]) || !ValidRunID(parts[2]) {
+		return Fairness{}, "", false
+	}
+	return Fairness{Priority: Priority(parts[0]), Key: parts[1]}, parts[2], true
+}
+
+// LaneOfConsumer returns the lane a consumer name of LaneConsumer names.
+func (n Names) LaneOfConsumer(name string) (Fairness, bool) {
+	rest, ok := strings.CutPrefix(name, n.lower()+"-lane-")
+	if !ok {
+		return Fairness{}, false
+	}
+	prio, key, ok := strings.Cut(rest, "-")
+	if !ok || !Priority(prio).Valid() || !ValidFairnessKey(key) {
+		return Fairness{}, false
+	}
+	return Fairness{Priority: Priority(prio), Key: key}, true
+}
+
+// QueueStreamConfig: see RunsStreamConfig. Only workers write it, one
+// message per run id and lane (a step of a run that asks is queued again
+// once the previous one is acked), deduplicated on Nats-Msg-Id within
+// Duplicates so that an intake message moved twice is stored once.
+func QueueStreamConfig(n Names, cfg ProvisionConfig) jetstream.StreamConfig {
+	cfg = cfg.WithDefaults()
+	return jetstream.StreamConfig{
+		Name:                 n.QueueStream(),
+		Description:          "foundryq run requests in their lanes (work queue, by priority and fairness key)",
+		Subjects:             []string{n.QueueWildcard()},
+		Retention:            jetstream.WorkQueuePolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             cfg.Replicas,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Duplicates:           cfg.Duplicates,
+		// No direct get: a run is looked up in the queue by a subject with
+		// wildcards (QueuedRunSubjects), which a message get takes in its
+		// body, and from the stream leader (as last written).
+	}
+}
+
+// LaneConsumerConfig is the durable consumer of lane f: as ConsumerConfig
+// (a job is the run's lease, redelivered without limit), filtered to the
+// lane, removed by the server after LaneInactive without pulls once no
+// job of it is in flight.
+func LaneConsumerConfig(n Names, cfg ProvisionConfig, f Fairness) jetstream.ConsumerConfig {
+	cfg = cfg.WithDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:           n.LaneConsumer(f),
+		Description:       "foundryq workers: lane " + string(f.Priority) + "/" + f.Key,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           cfg.AckWait,
+		MaxDeliver:        -1,
+		MaxAckPending:     cfg.MaxAckPending,
+		FilterSubject:     n.LaneFilter(f),
+		Replicas:          cfg.Replicas,
+		InactiveThreshold: cfg.LaneInactive,
 	}
 }

@@ -231,6 +231,12 @@ func (t *tenant) queued(ctx context.Context, id string) (*events.RunState, error
 	}
 	msg, err := stream.GetLastMsgForSubject(ctx, t.names.RunSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Or in its lane (docs/scheduling.md), if workers use lanes.
+		if lanes, lerr := js.Stream(ctx, t.names.QueueStream()); lerr == nil {
+			msg, err = lanes.GetLastMsgForSubject(ctx, t.names.LaneSubject("*", "*", id))
+		}
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
 	if err != nil {

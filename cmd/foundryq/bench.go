@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,6 +30,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	phases := f.String("phases", "", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", ")+" (raw_publish, latency and cancel need throughput; default all but "+strings.Join(bench.OptInPhases, ", ")+")")
 	h2c := f.Bool("h2c", "", false, "the emulator serves plain HTTP, and the worker and the bare reader speak HTTP/2 without TLS to it (default: HTTPS with HTTP/2, as an Azure endpoint)")
 	http1 := f.Bool("http1", "", false, "the emulator serves plain HTTP, and the worker, the bare reader and the bench speak HTTP/1.1 to it (default: HTTPS with HTTP/2, as an Azure endpoint, and a memory row over HTTP/1.1)")
+	fairFlood := f.Int("fair-flood", "", 0, "runs of key A queued at once in the fair phase, which runs alone: --phases fair (default 10000; quick 1000)")
 	lf := addLogFlags(f, "console")
 	*lf.level = "error"
 	if _, err := parseCommand(f, lf, args, stdout, stderr); err != nil {
@@ -67,6 +69,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		table = stderr
 	}
 	cfg.Progress = stderr
+	if slices.Equal(cfg.Phases, []string{"fair"}) { // bench_fair.go
+		return runFairBench(ctx, fairBench{Flood: *fairFlood}.withQuick(*quick), *asJSON, table, stderr)
+	}
 	rep, err := bench.Run(ctx, cfg)
 	printReport(table, rep)
 	if err != nil {

@@ -44,6 +44,7 @@ type workerFlags struct {
 	toolTimeouts, toolIdempotent                *string
 	serveTools                                  *bool
 	limits                                      limitFlags
+	lanes                                       laneFlags // lanes_flags.go
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -92,6 +93,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	}, "tool names of [A-Za-z0-9_-]{1,64} separated by commas"})
 	w.toolCancelGrace = f.Duration("tool-cancel-grace", "FOUNDRYQ_TOOL_CANCEL_GRACE", time.Second, "how long a cancelled tool call may take to answer before the worker goes on without it", positive())
 	w.limits = addLimitFlags(f)
+	w.lanes = addLaneFlags(f)
 	w.secretHosts = f.String("secret-hosts", "FOUNDRYQ_SECRET_HOSTS", "", "where each secret may be sent: NAME=HOST[,HOST...] entries separated by ';' or spaces (HOST: an https server_url host, *.domain, or a connector_id, tunnel_id or project_connection_id)")
 	return w
 }
@@ -159,6 +161,9 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		IdempotentTools:       checked(parseToolNames(*w.toolIdempotent)),
 		ToolCancelGrace:       *w.toolCancelGrace,
 		DisableServedTools:    !*w.serveTools,
+		FIFO:                  *w.lanes.fifo,
+		PriorityAge:           *w.lanes.priorityAge,
+		Weights:               checked(parseWeights(*w.lanes.weights)),
 		Logger:                log,
 		Provision: consumer.ProvisionConfig{
 			Replicas:     *w.replicas,

@@ -53,6 +53,7 @@ func contractSubjects(t *testing.T) []string {
 		"NoticeSubject": {"{run_id}"}, "CancelRecordSubject": {"{run_id}"}, "InputSubject": {"{run_id}"},
 		"InputRecordSubject": {"{run_id}", "{id}"}, "ParkedRequestSubject": {"{run_id}"},
 		"ToolSubject": {"{name}"}, "ToolCancelSubject": {"{run_id}"},
+		"LaneSubject": {"{priority}", "{key}", "{run_id}"},
 	}
 	var subjects []string
 	v := reflect.ValueOf(n)
@@ -70,7 +71,7 @@ func contractSubjects(t *testing.T) []string {
 		}
 		in := make([]reflect.Value, len(a))
 		for j, s := range a {
-			in[j] = reflect.ValueOf(s)
+			in[j] = reflect.ValueOf(s).Convert(mt.In(j)) // a string type (events.Priority)
 		}
 		subjects = append(subjects, m.Call(in)[0].String())
 	}

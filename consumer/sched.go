@@ -1,0 +1,401 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/foundryq/foundryq/events"
+)
+
+// scheduler picks the lanes a worker takes runs from (lanes.go). Its
+// state is the worker's own: the lanes' consumers it knows and the
+// round-robin credit of each lane. Workers do not coordinate: each one
+// follows the same rule on what the server says waits, so the fleet does.
+type scheduler struct {
+	w    *Worker
+	wake chan struct{} // a run was moved to a lane by this worker
+
+	mu        sync.Mutex
+	consumers map[string]jetstream.Consumer // lane consumers by name
+	ensured   map[string]time.Time          // when ensureLane last created each
+	credit    map[string]int                // smooth weighted round robin, by lane
+	probed    map[string]time.Time          // when probe last looked at each lane
+	lastScan  time.Time
+}
+
+// laneEnsureEvery is how long a lane consumer this worker created or
+// found is taken to exist before ensureLane creates it again (the server
+// removes one only after LaneInactive, at least a minute, without pulls).
+const laneEnsureEvery = 30 * time.Second
+
+// laneScanEvery bounds how often a worker lists the queue's subjects to
+// find runs in lanes without a consumer.
+const laneScanEvery = 2 * time.Second
+
+func newScheduler(w *Worker) *scheduler {
+	return &scheduler{
+		w:         w,
+		wake:      make(chan struct{}, 1),
+		consumers: make(map[string]jetstream.Consumer),
+		ensured:   make(map[string]time.Time),
+		credit:    make(map[string]int),
+		probed:    make(map[string]time.Time),
+	}
+}
+
+// poke wakes an idle pull loop.
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *scheduler) needsEnsure(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.ensured[name]) > laneEnsureEvery
+}
+
+func (s *scheduler) known(name string, c jetstream.Consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ensured[name] = time.Now()
+	s.consumers[name] = c
+}
+
+func (s *scheduler) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.consumers, name)
+	delete(s.ensured, name)
+}
+
+// waitingLane is a lane with runs waiting, as its consumer's info says.
+type waitingLane struct {
+	lane      events.Fairness
+	name      string
+	waiting   int
+	delivered uint64 // stream sequence of the lane's last delivery
+	rank      int    // effective priority: 0 high, 1 normal, 2 low
+}
+
+func baseRank(p events.Priority) int {
+	switch p {
+	case events.PriorityHigh:
+		return 0
+	case events.PriorityLow:
+		return 2
+	default:
+		return 1
+	}
+}
+
+// laneProbeEvery is how often a worker looks for jobs to deliver again
+// in a lane that has none waiting but some in flight (below).
+const laneProbeEvery = 250 * time.Millisecond
+
+// lanes lists the lanes with runs waiting (one API call, paged by the
+// server), and the lanes with none waiting but jobs in flight: a consumer's
+// info does not count the jobs due to be delivered again (a crashed
+// owner's whose ack wait passed, a hand-off, a retry after a delay) as
+// waiting, so those lanes are probed (probe). It scans for lanes that hold runs but have no consumer when
+// the queue holds more than its consumers account for.
+func (s *scheduler) lanes(ctx context.Context) (waiting []waitingLane, inFlight []string, err error) {
+	w := s.w
+	var out []waitingLane
+	var covered uint64
+	list := w.res.Queue.ListConsumers(ctx)
+	seen := make(map[string]bool)
+	for info := range list.Info() {
+		f, ok := w.names.LaneOfConsumer(info.Name)
+		if !ok {
+			continue
+		}
+		seen[info.Name] = true
+		covered += info.NumPending + uint64(info.NumAckPending)
+		switch {
+		case info.NumPending > 0:
+			out = append(out, waitingLane{lane: f, name: info.Name, waiting: int(info.NumPending),
+				delivered: info.Delivered.Stream, rank: baseRank(f.Priority)})
+		case info.NumAckPending > 0:
+			inFlight = append(inFlight, info.Name)
+		}
+	}
+	if err := list.Err(); err != nil {
+		return nil, nil, err
+	}
+	s.scan(ctx, seen, covered)
+	return out, inFlight, nil
+}
+
+// probe takes up to n jobs due to be delivered again from lanes with
+// none waiting (so that what it takes is never a new run, which the
+// priorities order), each lane at most every laneProbeEvery. These runs
+// started before: re-attaching them comes before starting new ones.
+func (s *scheduler) probe(ctx context.Context, lanes []string, n int) int {
+	started := 0
+	now := time.Now()
+	for _, name := range lanes {
+		if started == n {
+			break
+		}
+		s.mu.Lock()
+		due := now.Sub(s.probed[name]) >= laneProbeEvery
+		if due {
+			s.probed[name] = now
+		}
+		s.mu.Unlock()
+		if due {
+			started += s.take(ctx, name, n-started)
+		}
+	}
+	s.mu.Lock()
+	for name, t := range s.probed {
+		if now.Sub(t) > time.Minute {
+			delete(s.probed, name)
+		}
+	}
+	s.mu.Unlock()
+	return started
+}
+
+// scan creates the consumers of lanes that hold runs but have none (the
+// server removed an idle one, or the worker that moved the run there
+// could not create it), at most every laneScanEvery.
+func (s *scheduler) scan(ctx context.Context, seen map[string]bool, covered uint64) {
+	s.mu.Lock()
+	due := time.Since(s.lastScan) > laneScanEvery
+	if due {
+		s.lastScan = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	w := s.w
+	info, err := w.res.Queue.Info(ctx)
+	if err != nil || info.State.Msgs <= covered {
+		return
+	}
+	info, err = w.res.Queue.Info(ctx, jetstream.WithSubjectFilter(w.names.QueueWildcard()))
+	if err != nil {
+		w.log.Warn().Err(err).Msg("list the lanes' subjects")
+		return
+	}
+	lanes := make(map[events.Fairness]bool)
+	for subj := range info.State.Subjects {
+		if f, _, ok := w.names.LaneOfSubject(subj); ok && !seen[w.names.LaneConsumer(f)] {
+			lanes[f] = true
+		}
+	}
+	for f := range lanes {
+		s.forget(w.names.LaneConsumer(f))
+		w.ensureLane(f)
+	}
+	if len(lanes) > 0 {
+		w.log.Info().Int("lanes", len(lanes)).Msg("created the consumers of lanes that held runs without one")
+		s.poke()
+	}
+}
+
+// consumer returns lane name's consumer.
+func (s *scheduler) consumer(ctx context.Context, name string) (jetstream.Consumer, error) {
+	s.mu.Lock()
+	c := s.consumers[name]
+	s.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	c, err := s.w.res.Queue.Consumer(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.consumers[name] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// age raises the rank of lanes whose oldest waiting run is older than
+// PriorityAge: one level per PriorityAge waited. Only lanes below the best
+// base rank are read (one direct get each).
+func (s *scheduler) age(ctx context.Context, lanes []waitingLane, now time.Time) {
+	bound := s.w.cfg.PriorityAge
+	if bound <= 0 || len(lanes) < 2 {
+		return
+	}
+	best := lanes[0].rank
+	for _, l := range lanes {
+		best = min(best, l.rank)
+	}
+	for i := range lanes {
+		l := &lanes[i]
+		if l.rank == best {
+			continue
+		}
+		head, err := s.w.res.Queue.GetMsg(ctx, l.delivered+1, jetstream.WithGetMsgSubject(s.w.names.LaneFilter(l.lane)))
+		if err != nil {
+			continue
+		}
+		waited := now.Sub(submittedAt(head.Header, head.Time))
+		l.rank = max(0, l.rank-int(waited/bound))
+	}
+}
+
+// plan shares n slots among the lanes: each slot goes to the lane of the
+// best rank with runs left, among equals in smooth weighted round robin
+// (the credit persists from round to round, so that turns stay fair
+// across rounds of one slot).
+func (s *scheduler) plan(lanes []waitingLane, n int) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	take := make(map[string]int)
+	for range n {
+		best := -1
+		for _, l := range lanes {
+			if l.waiting > 0 && (best < 0 || l.rank < best) {
+				best = l.rank
+			}
+		}
+		if best < 0 {
+			break
+		}
+		total, pick := 0, -1
+		for i := range lanes {
+			l := &lanes[i]
+			if l.waiting == 0 || l.rank != best {
+				continue
+			}
+			wt := s.weight(l.lane.Key)
+			total += wt
+			s.credit[l.name] += wt
+			if pick < 0 || s.credit[l.name] > s.credit[lanes[pick].name] {
+				pick = i
+			}
+		}
+		s.credit[lanes[pick].name] -= total
+		lanes[pick].waiting--
+		take[lanes[pick].name]++
+	}
+	// Forget the credit of lanes that emptied, so that the map stays small.
+	for name := range s.credit {
+		if !slices.ContainsFunc(lanes, func(l waitingLane) bool { return l.name == name && l.waiting > 0 }) && take[name] == 0 {
+			delete(s.credit, name)
+		}
+	}
+	return take
+}
+
+func (s *scheduler) weight(key string) int {
+	if wt, ok := s.w.cfg.Weights[key]; ok {
+		return wt
+	}
+	return 1
+}
+
+// fetch takes up to n runs from the lanes and starts each; it returns how
+// many it started (each holds one slot until it ends).
+func (s *scheduler) fetch(ctx context.Context, n int) int {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lanes, inFlight, err := s.lanes(lctx)
+	if err != nil {
+		s.w.fetchFailed(ctx, "list the lanes", err)
+		return 0
+	}
+	started := s.probe(lctx, inFlight, n)
+	if len(lanes) == 0 || started == n {
+		return started
+	}
+	s.age(lctx, lanes, time.Now())
+	for name, k := range s.plan(lanes, n-started) {
+		started += s.take(lctx, name, k)
+	}
+	return started
+}
+
+// take fetches up to k jobs from lane name without waiting and starts a
+// run for each; it returns how many.
+func (s *scheduler) take(ctx context.Context, name string, k int) int {
+	w := s.w
+	c, err := s.consumer(ctx, name)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			s.forget(name)
+		} else {
+			w.fetchFailed(ctx, "open a lane", err)
+		}
+		return 0
+	}
+	// No context, as in fetch: a delivered job must not be dropped.
+	batch, err := c.FetchNoWait(k)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+			s.forget(name)
+		} else {
+			w.fetchFailed(ctx, "fetch jobs from a lane", err)
+		}
+		return 0
+	}
+	started := 0
+	for msg := range batch.Messages() {
+		started++
+		w.runWG.Add(1)
+		go func() {
+			defer w.runWG.Done()
+			defer func() { <-w.sem }()
+			w.handle(asLaneJob(w.names, msg))
+		}()
+	}
+	return started
+}
+
+// asLaneJob wraps a message taken from a lane.
+func asLaneJob(n events.Names, msg jetstream.Msg) jetstream.Msg {
+	_, runID, ok := n.LaneOfSubject(msg.Subject())
+	if !ok {
+		return msg // dead-lettered by handle: no run id
+	}
+	j := laneJob{Msg: msg, subject: n.RunSubject(runID)}
+	if meta, err := msg.Metadata(); err == nil {
+		j.submitted = submittedAt(msg.Headers(), meta.Timestamp)
+	}
+	return j
+}
+
+// pullLanes is pull for lanes: it reserves free slots, takes runs for
+// them from the lanes and, when none waits, sleeps until this worker moves
+// a run to a lane or LanePoll passes.
+func (w *Worker) pullLanes(ctx context.Context) error {
+	idle := time.NewTimer(w.cfg.LanePoll)
+	defer idle.Stop()
+	for ctx.Err() == nil {
+		slots, err := w.reserve(ctx)
+		if err != nil || slots == 0 {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		used := w.sched.fetch(ctx, slots)
+		for range slots - used {
+			<-w.sem
+		}
+		if used > 0 {
+			continue
+		}
+		idle.Reset(min(w.cfg.LanePoll, w.cfg.PollWait))
+		select {
+		case <-ctx.Done():
+		case <-w.sched.wake:
+		case <-idle.C:
+		}
+	}
+	return nil
+}
