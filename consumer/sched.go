@@ -343,17 +343,7 @@ func (s *scheduler) take(ctx context.Context, name string, k int) int {
 		}
 		return 0
 	}
-	started := 0
-	for msg := range batch.Messages() {
-		started++
-		w.runWG.Add(1)
-		go func() {
-			defer w.runWG.Done()
-			defer func() { <-w.sem }()
-			w.handle(asLaneJob(w.names, msg))
-		}()
-	}
-	return started
+	return w.startRuns(batch, func(msg jetstream.Msg) jetstream.Msg { return asLaneJob(w.names, msg) })
 }
 
 // asLaneJob wraps a message taken from a lane.

@@ -367,6 +367,26 @@ func (w *Worker) reserve(ctx context.Context) (int, error) {
 	return slots, nil
 }
 
+// startRuns starts a run for each job of batch (wrapped by wrap, if not
+// nil), each holding one of the slots its fetch took until it ends; it
+// returns how many.
+func (w *Worker) startRuns(batch jetstream.MessageBatch, wrap func(jetstream.Msg) jetstream.Msg) int {
+	started := 0
+	for msg := range batch.Messages() {
+		started++
+		if wrap != nil {
+			msg = wrap(msg)
+		}
+		w.runWG.Add(1)
+		go func() {
+			defer w.runWG.Done()
+			defer func() { <-w.sem }()
+			w.handle(msg)
+		}()
+	}
+	return started
+}
+
 // fetch pulls up to n jobs and starts a run for each; it returns how many
 // it started (each holds one slot until it ends).
 func (w *Worker) fetch(ctx context.Context, n int) int {
@@ -383,16 +403,7 @@ func (w *Worker) fetch(ctx context.Context, n int) int {
 		}
 		return 0
 	}
-	started := 0
-	for msg := range batch.Messages() {
-		started++
-		w.runWG.Add(1)
-		go func() {
-			defer w.runWG.Done()
-			defer func() { <-w.sem }()
-			w.handle(msg)
-		}()
-	}
+	started := w.startRuns(batch, nil)
 	if err := batch.Error(); err != nil && ctx.Err() == nil && !w.nc.IsClosed() &&
 		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 		w.log.Warn().Err(err).Msg("fetch jobs")
