@@ -217,26 +217,6 @@ func (r *run) answerInputs(ctx context.Context, items []events.InputItem) (json.
 	return json.Marshal(input)
 }
 
-// subscribeInputs answers input requests (queue group) until stop.
-func (w *Worker) subscribeInputs(ctx context.Context) (func(), error) {
-	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	slots := make(chan struct{}, maxCancelsInFlight)
-	sub, err := w.nc.QueueSubscribe(w.names.InputWildcard(), w.names.WorkerQueueGroup(), func(m *nats.Msg) {
-		slots <- struct{}{}
-		w.cancelWG.Add(1)
-		go func() {
-			defer w.cancelWG.Done()
-			defer func() { <-slots }()
-			w.onInput(cctx, m)
-		}()
-	})
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("consumer: subscribe to %s: %w", w.names.InputWildcard(), err)
-	}
-	return func() { _ = sub.Unsubscribe(); stop() }, nil
-}
-
 // onInput answers one answer request. A failure to read or write JetStream
 // gets no reply: the client asks again, perhaps another worker.
 func (w *Worker) onInput(ctx context.Context, m *nats.Msg) {

@@ -191,11 +191,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopCancels()
-	stopInputs, err := w.subscribeInputs(ctx)
+	stopInputs, err := w.serveRequests(ctx, w.names.InputWildcard(), w.onInput)
 	if err != nil {
 		return err
 	}
 	defer stopInputs()
+	stopPositions, err := w.serveRequests(ctx, w.names.PositionWildcard(), w.onPositionRequest)
+	if err != nil {
+		return err
+	}
+	defer stopPositions()
 	stopDeadlines, err := w.watchDeadlines()
 	if err != nil {
 		return fmt.Errorf("consumer: follow the run state records: %w", err)

@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 	"unicode/utf8"
-
-	"github.com/nats-io/nats.go"
 )
 
 // Runs that ask. A response that stops on MCP approval requests or
@@ -173,35 +170,21 @@ func (c *Client) Answer(ctx context.Context, runID string, a InputAnswer) (Input
 	if err != nil {
 		return InputReply{}, fmt.Errorf("events: answer run %s: %w", runID, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.CancelTimeout)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-	slice := max(time.Until(deadline)/3, 50*time.Millisecond)
-	for {
-		rctx, rcancel := context.WithTimeout(ctx, slice)
-		msg, err := c.nc.RequestWithContext(rctx, c.names.InputSubject(runID), data)
-		rcancel()
-		switch {
-		case err == nil:
-			var reply InputReply
-			if err := json.Unmarshal(msg.Data, &reply); err != nil || reply.Result == "" {
-				return InputReply{}, fmt.Errorf("events: answer run %s: malformed reply %q", runID, msg.Data)
-			}
-			switch reply.Result {
-			case InputInvalid:
-				return reply, fmt.Errorf("events: answer run %s: %w: %s", runID, ErrBadAnswer, reply.Error)
-			case InputStoreFull:
-				return reply, fmt.Errorf("events: answer run %s: %w: %s", runID, ErrInputsFull, reply.Error)
-			}
-			return reply, nil
-		case errors.Is(err, nats.ErrNoResponders):
-			return InputReply{}, fmt.Errorf("events: answer run %s: %w: no worker is running", runID, ErrAnswerUndelivered)
-		case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) && ctx.Err() == nil:
-			continue // that worker did not answer in time: ask again
-		default:
-			return InputReply{}, fmt.Errorf("events: answer run %s: %w: %w", runID, ErrAnswerUndelivered, err)
-		}
+	msg, err := c.askWorkers(ctx, c.names.InputSubject(runID), data)
+	if err != nil {
+		return InputReply{}, fmt.Errorf("events: answer run %s: %w: %w", runID, ErrAnswerUndelivered, err)
 	}
+	var reply InputReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil || reply.Result == "" {
+		return InputReply{}, fmt.Errorf("events: answer run %s: malformed reply %q", runID, msg.Data)
+	}
+	switch reply.Result {
+	case InputInvalid:
+		return reply, fmt.Errorf("events: answer run %s: %w: %s", runID, ErrBadAnswer, reply.Error)
+	case InputStoreFull:
+		return reply, fmt.Errorf("events: answer run %s: %w: %s", runID, ErrInputsFull, reply.Error)
+	}
+	return reply, nil
 }
 
 // Approve answers an approval request of run runID (approve or deny, with

@@ -26,6 +26,9 @@ const (
 	// stored by workers on <prefix>.inputs.<run_id>.<item_id>.
 	kindInput  = "input"
 	kindInputs = "inputs"
+	// kindPosition carries requests for a queued run's place in the
+	// queue, answered by a worker.
+	kindPosition = "position"
 )
 
 // Names derives every subject and JetStream name from a prefix. The zero
@@ -115,6 +118,13 @@ func (n Names) CancelRecordsWildcard() string { return n.subject(kindCancels, "*
 // request: workers reply with an InputReply).
 func (n Names) InputSubject(runID string) string { return n.subject(kindInput, runID) }
 
+// PositionSubject is where a client asks the workers where run runID
+// waits (Client.QueuePosition).
+func (n Names) PositionSubject(runID string) string { return n.subject(kindPosition, runID) }
+
+// PositionWildcard matches every PositionSubject.
+func (n Names) PositionWildcard() string { return n.subject(kindPosition, "*") }
+
 // InputWildcard matches every run's input subject.
 func (n Names) InputWildcard() string { return n.subject(kindInput, "*") }
 
@@ -176,7 +186,7 @@ func (n Names) RunIDFromSubject(subject string) (string, bool) {
 		return "", false
 	}
 	switch kind {
-	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels, kindLive, kindNotice, kindInput:
+	case kindRuns, kindEvents, kindCancel, kindWatch, kindDead, kindCancels, kindLive, kindNotice, kindInput, kindPosition:
 	default:
 		return "", false
 	}

@@ -59,6 +59,7 @@ func TestRunIDFromSubject(t *testing.T) {
 		{"foundryq.cancel.x", "x", true},
 		{"foundryq.watch.x", "x", true},
 		{"foundryq.dead.x", "x", true},
+		{"foundryq.position.x", "x", true},
 		{"foundryq.other.x", "", false},
 		{"foundryq.runs.", "", false},
 		{"foundryq.runs.a.b", "", false},
