@@ -86,3 +86,24 @@ func TestQueuePositionWithoutWorkers(t *testing.T) {
 		t.Fatalf("queue position of a bad run id: %v, want ErrBadRunID", err)
 	}
 }
+
+// A worker counts a run's place up to MaxCountedPosition; a run further
+// back is reported just past it, capped.
+func TestQueuePositionCappedFarBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(consumer.Config{WorkerID: "far", Concurrency: 1})
+	e.block("blocker")
+	flood := ids("f-", events.MaxCountedPosition+2)
+	for _, id := range flood {
+		e.submit(quick(id, events.PriorityLow, "flood"))
+	}
+	e.waitQueued(uint64(len(flood)) + 1)
+	if pos := e.position(flood[events.MaxCountedPosition-1]); pos.Position != events.MaxCountedPosition || pos.PositionCapped {
+		t.Fatalf("position of the %d. run = %+v", events.MaxCountedPosition, pos)
+	}
+	last := e.position(flood[len(flood)-1])
+	if last.Position != events.MaxCountedPosition+1 || !last.PositionCapped || last.LaneWaiting != len(flood) {
+		t.Fatalf("position of the last of %d runs = %+v", len(flood), last)
+	}
+}

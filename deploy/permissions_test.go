@@ -13,6 +13,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/testkit"
 	"github.com/foundryq/foundryq/tools"
 )
 
@@ -97,6 +98,16 @@ func TestPermissions(t *testing.T) {
 		// counts (Exists): no job body read.
 		if ok, err := c.Exists(ctx, queued); err != nil || !ok {
 			t.Fatalf("queued check by stream info: %v, %v", ok, err)
+		}
+		// Its place in the queue: the client asks, a worker reads the
+		// queue and answers.
+		var pos events.QueuePosition
+		testkit.Eventually(t, 30*time.Second, "the queued run's place in its lane", func() bool {
+			pos, err = c.QueuePosition(ctx, queued)
+			return err == nil && pos.Where == events.WhereLane
+		})
+		if pos.Position != 1 || pos.LaneWaiting != 1 {
+			t.Fatalf("queue position of the queued run: %+v", pos)
 		}
 		reply, err := c.Cancel(ctx, queued, "queued one")
 		if err != nil || reply.Result != events.CancelCancelled {

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +14,11 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/gateway"
+	"github.com/foundryq/foundryq/internal/testkit"
 	"github.com/foundryq/foundryq/tools"
 )
 
@@ -349,3 +353,49 @@ func TestConsoleShowsRefusalInBrowser(t *testing.T) {
 }
 
 func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
+
+// A queued run in the console shows where it waits: its lane and its
+// place there, as a worker tells it, until a worker takes it.
+func TestConsoleShowsQueuePositionInBrowser(t *testing.T) {
+	exe := chromium(t)
+	e := setup(t, 0)
+	e.startWorker(consumer.Config{Concurrency: 1})
+	g := e.gateway(gateway.Config{})
+	blocker := g.create(t, runRequest(map[string]string{foundrytest.KeyTokens: "5000", foundrytest.KeyTokenMS: "20"})).RunID
+	testkit.Eventually(t, 30*time.Second, "the blocking run to start", func() bool {
+		var st events.RunState
+		g.do(t, "GET", "/v1/runs/"+blocker, nil).decode(t, &st)
+		return st.Status == events.StatusRunning
+	})
+	for _, id := range []string{"first", "second"} {
+		req := runRequest(map[string]string{foundrytest.KeyTokens: "3"})
+		req["run_id"] = id
+		g.create(t, req)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	if err := chromedp.Do(bctx, chromedp.Navigate(g.url+"/#run=second"), chromedp.WaitVisible(chromedp.CSS("#run"))); err != nil {
+		t.Fatalf("browser: open the queued run: %v", err)
+	}
+	poll := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+			meta, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#run-meta")))
+			t.Fatalf("browser: waiting for %s: %v (the run's line says %q)", what, err, meta)
+		}
+	}
+	poll("its place in the queue", `document.querySelector("#run-meta").textContent === "waiting in lane normal/default: number 2 of 2"`)
+	if r := g.do(t, "POST", "/v1/runs/"+blocker+"/cancel", nil); r.status != http.StatusOK {
+		t.Fatalf("cancel the blocking run: %d %s", r.status, r.body)
+	}
+	poll("the run to complete", `document.querySelector("#run-status").textContent === "completed"`)
+	bcancel()
+	acancel()
+}

@@ -32,6 +32,18 @@ type RunList struct {
 	Runs []events.RunState `json:"runs"`
 }
 
+// Run is the answer of GET /v1/runs/{id}: the run's state and, while it
+// is queued, where it waits as a worker tells it (absent when no worker
+// answered in time).
+type Run struct {
+	events.RunState
+	Queue *events.QueuePosition `json:"queue,omitempty"`
+}
+
+// positionWait bounds how long GET /v1/runs/{id} waits for a worker to
+// tell a queued run's place; past it the run is shown without.
+const positionWait = 2 * time.Second
+
 // createRun serves POST /v1/runs.
 func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 	t := tenantOf(r)
@@ -108,7 +120,8 @@ func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // getRun serves GET /v1/runs/{id}: the run's state record, or
-// {"run_id", "status": "queued"} for a run that waits for a worker.
+// {"run_id", "status": "queued"} for a run that waits for a worker; a
+// queued run's answer says where it waits ("queue").
 func (g *Gateway) getRun(w http.ResponseWriter, r *http.Request) {
 	t := tenantOf(r)
 	id, err := runIDParam(r)
@@ -121,7 +134,15 @@ func (g *Gateway) getRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	run := Run{RunState: st}
+	if st.Status == events.StatusQueued {
+		ctx, cancel := context.WithTimeout(r.Context(), positionWait)
+		defer cancel()
+		if pos, err := t.client.QueuePosition(ctx, id); err == nil {
+			run.Queue = &pos
+		}
+	}
+	writeJSON(w, http.StatusOK, run)
 }
 
 // listRuns serves GET /v1/runs?status=a,b&since=T&limit=N.

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/gateway"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
@@ -129,8 +131,9 @@ func TestQueuedRun(t *testing.T) {
 	r := g.do(t, "GET", "/v1/runs/waiting", nil)
 	var st events.RunState
 	r.decode(t, &st)
-	if r.status != http.StatusOK || st.Status != events.StatusQueued || st.RunID != "waiting" || st.CreatedAt.IsZero() {
-		t.Fatalf("GET queued run: %d %s", r.status, r.body)
+	if r.status != http.StatusOK || st.Status != events.StatusQueued || st.RunID != "waiting" || st.CreatedAt.IsZero() ||
+		strings.Contains(string(r.body), `"queue"`) {
+		t.Fatalf("GET queued run (no worker to tell where it waits): %d %s", r.status, r.body)
 	}
 	r = g.do(t, "POST", "/v1/runs", req)
 	if ae := r.apiError(t); r.status != http.StatusConflict || ae.Code != gateway.CodeRunQueued {
@@ -146,6 +149,40 @@ func TestQueuedRun(t *testing.T) {
 	r.decode(t, &st)
 	if st.Status != events.StatusCompleted || st.End == nil || st.Digest == "" {
 		t.Fatalf("GET finished run: %s", r.body)
+	}
+}
+
+// A queued run's GET says where it waits, as a worker tells it: behind
+// the runs submitted before it in its lane.
+func TestQueuedRunSaysWhereItWaits(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 0)
+	e.startWorker(consumer.Config{Concurrency: 1})
+	g := e.gateway(gateway.Config{})
+	blocker := g.create(t, runRequest(map[string]string{foundrytest.KeyTokens: "5000", foundrytest.KeyTokenMS: "20"})).RunID
+	testkit.Eventually(t, 30*time.Second, "the blocking run to start", func() bool {
+		var st events.RunState
+		r := g.do(t, "GET", "/v1/runs/"+blocker, nil)
+		r.decode(t, &st)
+		return st.Status == events.StatusRunning
+	})
+	for _, id := range []string{"first", "second"} {
+		req := runRequest(nil)
+		req["run_id"] = id
+		g.create(t, req)
+	}
+	var run gateway.Run
+	testkit.Eventually(t, 30*time.Second, "the second run's place in its lane", func() bool {
+		r := g.do(t, "GET", "/v1/runs/second", nil)
+		run = gateway.Run{}
+		r.decode(t, &run)
+		return run.Queue != nil && run.Queue.Where == events.WhereLane
+	})
+	if run.Status != events.StatusQueued || run.Queue.Position != 2 || run.Queue.LaneWaiting != 2 || run.Queue.SubmittedAt == nil {
+		t.Fatalf("GET of the second queued run: %+v, queue %+v", run.RunState, *run.Queue)
+	}
+	if r := g.do(t, "POST", "/v1/runs/"+blocker+"/cancel", nil); r.status != http.StatusOK {
+		t.Fatalf("cancel the blocking run: %d %s", r.status, r.body)
 	}
 }
 

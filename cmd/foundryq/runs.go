@@ -119,7 +119,7 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 	}
 	sum := events.Summarize(runID, &st, evs, time.Now())
 	if asJSON {
-		return printRunJSON(stdout, st, sum)
+		return printRunJSON(stdout, st, sum, nil)
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -186,8 +186,9 @@ func showRun(ctx context.Context, c *events.Client, runID string, asJSON bool, s
 }
 
 // showUnrecorded shows a run that has no state record: queued (no worker
-// has taken it yet), or no run at all (exit 6). A run just submitted is
-// already in the queue: no grace is needed, unlike watch's.
+// has taken it yet), with its place in the queue as a worker tells it, or
+// no run at all (exit 6). A run just submitted is already in the queue: no
+// grace is needed, unlike watch's.
 func showUnrecorded(ctx context.Context, c *events.Client, runID string, asJSON bool, stdout, stderr io.Writer) error {
 	queued, err := c.Exists(ctx, runID)
 	if err != nil {
@@ -197,20 +198,58 @@ func showUnrecorded(ctx context.Context, c *events.Client, runID string, asJSON 
 		fmt.Fprintf(stderr, "runs %s: no such run (none recorded, none queued)\n", runID)
 		return exitCode(exitNotFound)
 	}
+	var place *events.QueuePosition
+	if pos, err := c.QueuePosition(ctx, runID); err == nil {
+		place = &pos
+	} else if !errors.Is(err, events.ErrNoWorker) {
+		fmt.Fprintf(stderr, "foundryq: run %s: its place in the queue is unknown: %v\n", runID, err)
+	}
 	if !asJSON {
-		_, err := fmt.Fprintf(stdout, "run %s: queued, waiting for a worker (no worker has taken it yet)\n", runID)
+		_, err := fmt.Fprintf(stdout, "run %s: %s\n", runID, placeText(place, time.Now()))
 		return err
 	}
 	st := events.RunState{RunID: runID, Status: events.StatusQueued}
-	return printRunJSON(stdout, st, events.Summarize(runID, &st, nil, time.Now()))
+	return printRunJSON(stdout, st, events.Summarize(runID, &st, nil, time.Now()), place)
 }
 
-// printRunJSON prints runs RUN_ID --json: {"state", "summary"}.
-func printRunJSON(stdout io.Writer, st events.RunState, sum events.RunSummary) error {
+// placeText says where a queued run waits, from a worker's answer (nil:
+// no worker answered).
+func placeText(pos *events.QueuePosition, now time.Time) string {
+	const waiting = "queued, waiting for a worker (no worker has taken it yet"
+	if pos == nil {
+		return waiting + "; none is running to tell its place)"
+	}
+	submitted := ""
+	if pos.SubmittedAt != nil {
+		submitted = "submitted " + since(now, *pos.SubmittedAt) + " ago"
+	}
+	switch pos.Where {
+	case events.WhereLane:
+		out := fmt.Sprintf("queued in lane %s/%s, number %d of the %d waiting there", pos.Priority, pos.FairnessKey, pos.Position, pos.LaneWaiting)
+		if pos.PositionCapped {
+			out = fmt.Sprintf("queued in lane %s/%s, behind the first %d of the %d waiting there", pos.Priority, pos.FairnessKey,
+				events.MaxCountedPosition, pos.LaneWaiting)
+		}
+		if pos.HigherWaiting > 0 {
+			out += fmt.Sprintf("; %d runs of higher priority wait and start first", pos.HigherWaiting)
+		}
+		return out + "; " + submitted
+	case events.WhereIntake:
+		return waiting + "; it waits in the intake, " + submitted + ")"
+	case events.WhereTaken:
+		return "queued, a worker has just taken it (ask again for its state)"
+	}
+	return waiting + ")"
+}
+
+// printRunJSON prints runs RUN_ID --json: {"state", "summary"}, and
+// "queue" for a queued run whose place a worker told.
+func printRunJSON(stdout io.Writer, st events.RunState, sum events.RunSummary, place *events.QueuePosition) error {
 	b, err := json.MarshalIndent(struct {
-		State   events.RunState   `json:"state"`
-		Summary events.RunSummary `json:"summary"`
-	}{st, sum}, "", "  ")
+		State   events.RunState       `json:"state"`
+		Summary events.RunSummary     `json:"summary"`
+		Queue   *events.QueuePosition `json:"queue,omitempty"`
+	}{st, sum, place}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -375,7 +375,7 @@ func TestRunsOfAnUnknownOrQueuedRun(t *testing.T) {
 		t.Fatalf("submit: %d %s", code, stderr)
 	}
 	if code, stdout, stderr := runCmd(t, ctx, "runs", "--nats-url", natsURL, "queued-1"); code != exitOK ||
-		!strings.Contains(stdout, "run queued-1: queued, waiting for a worker (no worker has taken it yet)") {
+		!strings.Contains(stdout, "run queued-1: queued, waiting for a worker (no worker has taken it yet; none is running to tell its place)") {
 		t.Fatalf("runs of a queued run: code %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	code, stdout, stderr := runCmd(t, ctx, "runs", "--nats-url", natsURL, "--json", "queued-1")
@@ -431,5 +431,33 @@ func TestEventsTextCountsEveryType(t *testing.T) {
 		events.TypeRunStarted: 1, events.TypeRefusalDelta: 3, events.TypeRunCompleted: 1}})
 	if want := "5 stored: run.started 1, refusal.delta 3, run.completed 1"; got != want {
 		t.Fatalf("eventsText of a refusal: %q, want %q", got, want)
+	}
+}
+
+// placeText says where a queued run waits, from each kind of answer a
+// worker gives (or none).
+func TestPlaceText(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	sub := now.Add(-90 * time.Second)
+	lane := events.QueuePosition{Where: events.WhereLane, Priority: events.PriorityNormal, FairnessKey: "acme",
+		Position: 3, LaneWaiting: 120, HigherWaiting: 5, SubmittedAt: &sub}
+	capped := lane
+	capped.Position, capped.PositionCapped, capped.HigherWaiting = events.MaxCountedPosition+1, true, 0
+	tests := []struct {
+		pos  *events.QueuePosition
+		want string
+	}{
+		{nil, "queued, waiting for a worker (no worker has taken it yet; none is running to tell its place)"},
+		{&lane, "queued in lane normal/acme, number 3 of the 120 waiting there; 5 runs of higher priority wait and start first; submitted 1m30s ago"},
+		{&capped, "queued in lane normal/acme, behind the first 1000 of the 120 waiting there; submitted 1m30s ago"},
+		{&events.QueuePosition{Where: events.WhereIntake, SubmittedAt: &sub}, "queued, waiting for a worker (no worker has taken it yet; it waits in the intake, submitted 1m30s ago)"},
+		{&events.QueuePosition{Where: events.WhereTaken}, "queued, a worker has just taken it (ask again for its state)"},
+		{&events.QueuePosition{Where: events.WhereNone}, "queued, waiting for a worker (no worker has taken it yet)"},
+	}
+	for _, tt := range tests {
+		if got := placeText(tt.pos, now); got != tt.want {
+			t.Errorf("placeText(%+v)\n got %q\nwant %q", tt.pos, got, tt.want)
+		}
 	}
 }

@@ -94,6 +94,7 @@ func TestGoTypesMatchSchemas(t *testing.T) {
 		{events.CancelReply{}, "cancel-reply", ""},
 		{events.InputAnswer{}, "input-answer", ""},
 		{events.InputReply{}, "input-reply", ""},
+		{events.QueuePosition{}, "queue-position", ""},
 		{gateway.Registration{}, "callback-registration", ""},
 		{gateway.Delivery{}, "callback-delivery", ""},
 	} {

@@ -234,6 +234,19 @@ func (c *HTTPChecker) checkResponseContract(req *http.Request, route *routers.Ro
 	}
 	switch route.Operation.OperationID {
 	case "getRun":
+		// A run's state, and while it is queued where it waits ("queue").
+		var run map[string]json.RawMessage
+		if err := json.Unmarshal(body, &run); err != nil {
+			c.fail(req, "response: %v", err)
+			return
+		}
+		if q, ok := run["queue"]; ok {
+			if err := c.set.ValidateJSON("queue-position", q); err != nil {
+				c.fail(req, "response: queue: %v", err)
+			}
+			delete(run, "queue")
+			body, _ = json.Marshal(run)
+		}
 		if err := c.set.ValidateJSON("run-state", body); err != nil {
 			c.fail(req, "response: %v", err)
 		}

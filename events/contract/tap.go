@@ -216,16 +216,23 @@ func (t *Tap) checkInbound(msg *nats.Msg, name string, accepted bool) {
 
 // checkReply checks a message on an inbox that is a reply of the contract:
 // a tool service's (by its headers), a cancel reply (a JSON object with
-// result and run_id) or an answer's reply (result without run_id). Other
-// replies (JetStream's, a notice's acknowledgement) are not the
-// contract's.
+// result and run_id), an answer's reply (result without run_id) or a
+// queue position (where). Other replies (JetStream's, a notice's
+// acknowledgement) are not the contract's.
 func (t *Tap) checkReply(msg *nats.Msg) {
 	if msg.Header.Get(events.HeaderToolStatus) != "" || msg.Header.Get("Nats-Service-Error") != "" {
 		t.checkHeaders(msg, "tool-reply-headers")
 		return
 	}
 	var probe map[string]json.RawMessage
-	if json.Unmarshal(msg.Data, &probe) != nil || probe["result"] == nil {
+	if json.Unmarshal(msg.Data, &probe) != nil {
+		return
+	}
+	if probe["where"] != nil {
+		t.check(msg, "queue-position", msg.Data)
+		return
+	}
+	if probe["result"] == nil {
 		return
 	}
 	if _, ok := probe["run_id"]; ok {
@@ -311,6 +318,10 @@ func (t *Tap) handle(msg *nats.Msg) {
 	case "watch":
 		if len(msg.Data) != 0 {
 			t.fail(msg, "a watcher heartbeat has a body")
+		}
+	case "position":
+		if len(msg.Data) != 0 {
+			t.fail(msg, "a position request has a body")
 		}
 	case "dead":
 		t.checkHeaders(msg, "dead-letter-headers")

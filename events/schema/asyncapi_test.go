@@ -50,7 +50,7 @@ func contractSubjects(t *testing.T) []string {
 	args := map[string][]string{
 		"RunSubject": {"{run_id}"}, "EventSubject": {"{run_id}"}, "CancelSubject": {"{run_id}"},
 		"WatchSubject": {"{run_id}"}, "DeadSubject": {"{run_id}"}, "LiveSubject": {"{run_id}"},
-		"NoticeSubject": {"{run_id}"}, "CancelRecordSubject": {"{run_id}"}, "InputSubject": {"{run_id}"},
+		"NoticeSubject": {"{run_id}"}, "CancelRecordSubject": {"{run_id}"}, "InputSubject": {"{run_id}"}, "PositionSubject": {"{run_id}"},
 		"InputRecordSubject": {"{run_id}", "{id}"}, "ParkedRequestSubject": {"{run_id}"},
 		"ToolSubject": {"{name}"}, "ToolCancelSubject": {"{run_id}"},
 		"LaneSubject": {"{priority}", "{key}", "{run_id}"},

@@ -5,7 +5,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { token: sessionStorage.getItem("foundryq-token") || "", runID: "", source: null, listTimer: 0 };
+const state = { token: sessionStorage.getItem("foundryq-token") || "", runID: "", source: null, listTimer: 0, queueTimer: 0 };
 const TERMINAL = ["run.completed", "run.failed", "run.cancelled"];
 
 function headers(extra) {
@@ -58,6 +58,7 @@ async function refreshList() {
       const id = document.createElement("td"); id.textContent = r.run_id; id.title = r.run_id;
       const st = document.createElement("td"); const badge = document.createElement("span");
       badge.className = "status " + r.status; badge.textContent = r.status; st.append(badge);
+      if (r.queue_reason) badge.title = waitReason(r.queue_reason);
       const up = document.createElement("td"); up.textContent = ago(r.updated_at || r.created_at); up.className = "muted";
       tr.append(id, st, up);
       tr.addEventListener("click", () => { location.hash = "run=" + encodeURIComponent(r.run_id); });
@@ -103,6 +104,42 @@ async function startRun(ev) {
 }
 
 // ---- one run ----
+
+// waitReason says why a run a worker handed back waits (queue_reason).
+function waitReason(reason) {
+  if (reason === "concurrency_cap") return "waits: its fairness key is at its concurrency cap";
+  if (reason === "token_budget") return "waits: its deployment's token budget is spent";
+  return "waits: " + reason;
+}
+
+// queueText says where a queued run waits, from GET /v1/runs/{id}: its
+// place in its lane as a worker told it, or why a worker handed it back.
+function queueText(run) {
+  if (run.queue_reason) return waitReason(run.queue_reason);
+  const q = run.queue;
+  if (!q) return "waiting for a worker";
+  if (q.where === "lane") {
+    let s = "waiting in lane " + q.priority + "/" + q.fairness_key + ": " +
+      (q.position_capped ? "behind the first 1000" : "number " + q.position) + " of " + q.lane_waiting;
+    if (q.higher_waiting) s += " \u00b7 " + q.higher_waiting + " runs of higher priority start first";
+    return s;
+  }
+  if (q.where === "intake") return "waiting in the intake, about to join its lane";
+  return "waiting for a worker";
+}
+
+// showQueue shows where the open run waits, every 2s while it is queued.
+async function showQueue(id) {
+  const queued = () => state.runID === id && $("#run-status").textContent === "queued";
+  if (!queued()) return;
+  try {
+    const run = await api("GET", "/v1/runs/" + encodeURIComponent(id));
+    if (queued() && run.status === "queued") $("#run-meta").textContent = queueText(run);
+  } catch (e) {
+    // The run's stream says what became of it; ask again.
+  }
+  if (queued()) state.queueTimer = setTimeout(() => showQueue(id), 2000);
+}
 
 function setStatus(status) {
   const el = $("#run-status");
@@ -315,6 +352,8 @@ function openRun(id) {
   $("#run-asked").replaceChildren();
   $("#run-meta").textContent = "";
   setStatus("queued");
+  clearTimeout(state.queueTimer);
+  showQueue(id);
   let url = "/v1/runs/" + encodeURIComponent(id) + "/events";
   if (state.token) url += "?access_token=" + encodeURIComponent(state.token);
   const es = new EventSource(url);
