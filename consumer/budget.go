@@ -84,9 +84,28 @@ func (c Config) tokenBudget(deployment string) int64 {
 	return int64(float64(n) * c.BudgetWindow.Seconds() / 60)
 }
 
-// window is one window's record.
+// window is one window's record. ByKey is what each fairness key spent in
+// it; Waiting holds the keys (with their weights) refused in the window
+// before, whose runs come back at this one's start: a key that has spent
+// more than one of them, for its weight, waits, so that a contended budget
+// goes round the keys instead of to whichever key's runs ask first. A key
+// waiting that no longer asks holds the others back for one window at
+// most.
 type window struct {
-	Spent int64 `json:"spent"`
+	Spent   int64            `json:"spent"`
+	ByKey   map[string]int64 `json:"by_key,omitempty"`
+	Waiting map[string]int   `json:"waiting,omitempty"`
+}
+
+// ahead reports whether key (of weight) spent more of the window, for its
+// weight, than a key that waits for it.
+func (w window) ahead(key string, weight int) bool {
+	for other, ow := range w.Waiting {
+		if other != key && w.ByKey[key]*int64(ow) > w.ByKey[other]*int64(weight) {
+			return true
+		}
+	}
+	return false
 }
 
 // closed is the record of a deployment every worker must leave alone.
@@ -118,37 +137,79 @@ func closedKey(deployment string) string { return "tpm." + budgetToken(deploymen
 // budgetAttempts bounds the compare-and-set retries of one budget write.
 const budgetAttempts = 20
 
+// errContention: a budget record changed under every compare-and-set.
+var errContention = errors.New("budget window: too much contention")
+
 // reserve spends cost tokens of deployment's budget (limit per window of
-// length win) for a run of priority share. It reports false, with when to
-// try again, if they do not fit: the window is spent, or the deployment
-// closed. A first spend of a window always fits, however large: a run
-// larger than the whole budget would otherwise never run.
-func (l *limits) reserve(ctx context.Context, deployment string, limit, cost int64, share float64, win time.Duration) (time.Time, bool, error) {
-	for range budgetAttempts {
-		now := time.Now()
-		if until, err := l.closedUntil(ctx, deployment); err != nil {
-			return time.Time{}, false, err
-		} else if until.After(now) {
-			return until, false, nil
+// length win) for a run of priority share and fairness key (of weight). It
+// reports false, with when to try again, if they do not fit: the window is
+// spent, its key is ahead of a waiting one (window), or the deployment is
+// closed; the key then waits in the next window's record. A first spend of
+// a window always fits, however large: a run larger than the whole budget
+// would otherwise never run.
+func (l *limits) reserve(ctx context.Context, deployment string, limit, cost int64, share float64, win time.Duration, key string, weight int) (time.Time, bool, error) {
+	now := time.Now()
+	if until, err := l.closedUntil(ctx, deployment); err != nil {
+		return time.Time{}, false, err
+	} else if until.After(now) {
+		return until, false, nil
+	}
+	start := now.Truncate(win)
+	fits := false
+	err := l.modify(ctx, windowKey(deployment, start), 2*win+time.Minute, func(cur *window) bool {
+		fits = cur.Spent == 0 || float64(cur.Spent+cost) <= float64(limit)*share && !cur.ahead(key, weight)
+		if fits {
+			cur.Spent += cost
+			if cur.ByKey == nil {
+				cur.ByKey = make(map[string]int64)
+			}
+			cur.ByKey[key] += cost
 		}
-		start := now.Truncate(win)
-		key := windowKey(deployment, start)
+		return fits
+	})
+	switch {
+	case errors.Is(err, errContention):
+		return now.Add(win / 10), false, nil // come back shortly
+	case err != nil:
+		return time.Time{}, false, err
+	case fits:
+		return start, true, nil
+	}
+	next := start.Add(win)
+	err = l.modify(ctx, windowKey(deployment, next), 3*win+time.Minute, func(cur *window) bool {
+		if _, ok := cur.Waiting[key]; ok {
+			return false
+		}
+		if cur.Waiting == nil {
+			cur.Waiting = make(map[string]int)
+		}
+		cur.Waiting[key] = weight
+		return true
+	})
+	if err != nil && !errors.Is(err, errContention) {
+		return time.Time{}, false, err
+	}
+	return next, false, nil
+}
+
+// modify changes window key's record by compare-and-set (change returns
+// false to leave it as it is); errContention if it changed under every
+// attempt.
+func (l *limits) modify(ctx context.Context, key string, ttl time.Duration, change func(*window) bool) error {
+	for range budgetAttempts {
 		cur, rev, err := l.window(ctx, key)
 		if err != nil {
-			return time.Time{}, false, err
+			return err
 		}
-		if cur.Spent > 0 && float64(cur.Spent+cost) > float64(limit)*share {
-			return start.Add(win), false, nil
+		if !change(&cur) {
+			return nil
 		}
-		cur.Spent += cost
 		data, _ := json.Marshal(cur)
-		if _, err := l.update(ctx, key, data, rev, 2*win+time.Minute); err == nil {
-			return start, true, nil
-		} else if !jserr.WrongLastSequence(err) {
-			return time.Time{}, false, err
+		if _, err := l.update(ctx, key, data, rev, ttl); err == nil || !jserr.WrongLastSequence(err) {
+			return err
 		}
 	}
-	return time.Now().Add(win / 10), false, nil // too much contention: come back shortly
+	return errContention
 }
 
 // window reads a window's record and its revision (0: none yet).
@@ -170,21 +231,14 @@ func (l *limits) window(ctx context.Context, key string) (window, uint64, error)
 // raise sets the window's spent tokens to at least floor (add > 0: adds
 // it instead).
 func (l *limits) raise(ctx context.Context, key string, floor, add int64, ttl time.Duration) error {
-	for range budgetAttempts {
-		cur, rev, err := l.window(ctx, key)
-		if err != nil {
-			return err
-		}
+	return l.modify(ctx, key, ttl, func(cur *window) bool {
 		next := max(cur.Spent, floor) + add
 		if next == cur.Spent {
-			return nil
+			return false
 		}
-		data, _ := json.Marshal(window{Spent: next})
-		if _, err := l.update(ctx, key, data, rev, ttl); err == nil || !jserr.WrongLastSequence(err) {
-			return err
-		}
-	}
-	return errors.New("budget window: too much contention")
+		cur.Spent = next
+		return true
+	})
 }
 
 func (l *limits) closedUntil(ctx context.Context, deployment string) (time.Time, error) {
@@ -226,7 +280,7 @@ func (r *run) spend(req events.RunRequest, fair events.Fairness) (time.Time, boo
 	cost := estimateTokens(req, w.cfg.DefaultOutputTokens)
 	ctx, cancel := context.WithTimeout(r.hard, 10*time.Second)
 	defer cancel()
-	at, ok, err := w.limits.reserve(ctx, dep, limit, cost, budgetShare(fair.Priority), w.cfg.BudgetWindow)
+	at, ok, err := w.limits.reserve(ctx, dep, limit, cost, budgetShare(fair.Priority), w.cfg.BudgetWindow, fair.Key, w.cfg.keyWeight(fair.Key))
 	if err != nil {
 		// The budget cannot be read: the run goes ahead, as without a
 		// budget; Foundry's 429 and the create limiter still hold it back.

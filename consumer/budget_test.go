@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +120,58 @@ func TestBudgetTightenedByHeaders(t *testing.T) {
 	}
 	if n := e.emu.Stats().CreatesOverQuota; n != 0 {
 		t.Errorf("Foundry answered %d creates 429, want 0: the budget did not take x-ratelimit-remaining-tokens", n)
+	}
+}
+
+// TestBudgetSharedBetweenKeys: a deployment's budget fits two runs a
+// window. Key A floods the queue with 16 runs, then key B submits 4: with
+// lanes, each window's budget goes round the keys waiting for it (one run
+// each), so B's last run is about the 10th to start (A's first two take
+// the first window) instead of the 20th. The budget shares itself so,
+// taking runs first in, first out too. (Before it did, B's last run was
+// the 20th, with lanes the 11th to 17th.) Start order comes from the
+// state records' started_at.
+func TestBudgetSharedBetweenKeys(t *testing.T) {
+	const window = 2 * time.Second
+	for _, fifo := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fifo=%t", fifo), func(t *testing.T) {
+			e := setup(t)
+			w := e.startWorker(consumer.Config{WorkerID: "share", Concurrency: 8, FIFO: fifo, BudgetWindow: window,
+				RetryDelay: 200 * time.Millisecond, TokensPerMinute: map[string]int{"gpt-test": int(300 * time.Minute / window)}})
+			t.Cleanup(func() { w.shutdown(t) })
+			flood, few := ids("a-", 16), ids("b-", 4)
+			for _, id := range flood {
+				req := budgeted(id)
+				req.FairnessKey = "a"
+				e.submit(req)
+			}
+			for _, id := range few {
+				req := budgeted(id)
+				req.FairnessKey = "b"
+				e.submit(req)
+			}
+			e.waitEnded(few, 3*time.Minute)
+			type start struct {
+				id string
+				at time.Time
+			}
+			var starts []start
+			for _, id := range slices.Concat(flood, few) {
+				if at, ok := e.startedAt(id); ok {
+					starts = append(starts, start{id, at})
+				}
+			}
+			slices.SortFunc(starts, func(a, b start) int { return a.at.Compare(b.at) })
+			lastB := 0
+			for i, s := range starts {
+				if strings.HasPrefix(s.id, "b-") {
+					lastB = i + 1
+				}
+			}
+			t.Logf("B's last run was start %d of %d", lastB, len(starts))
+			if lastB > 12 {
+				t.Fatalf("B's last run was start %d: the budget did not go round the keys", lastB)
+			}
+		})
 	}
 }

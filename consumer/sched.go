@@ -25,6 +25,7 @@ type scheduler struct {
 	ensured   map[string]time.Time          // when ensureLane last created each
 	credit    map[string]int                // smooth weighted round robin, by lane
 	probed    map[string]time.Time          // when probe last looked at each lane
+	probeTurn int                           // which due lane probe starts with
 	lastScan  time.Time
 }
 
@@ -137,32 +138,53 @@ func (s *scheduler) lanes(ctx context.Context) (waiting []waitingLane, inFlight 
 // probe takes up to n jobs due to be delivered again from lanes with
 // none waiting (so that what it takes is never a new run, which the
 // priorities order), each lane at most every laneProbeEvery. These runs
-// started before: re-attaching them comes before starting new ones.
+// started before: re-attaching them comes before starting new ones. The
+// slots are shared between the lanes by their keys' weights, the first
+// lane changing each time, then what a lane leaves goes to the others:
+// runs handed back to wait for a limit (a cap, a token budget) are all
+// due again at once, and one key's many must not take every slot the
+// budget has room for, round after round.
 func (s *scheduler) probe(ctx context.Context, lanes []string, n int) int {
-	started := 0
 	now := time.Now()
+	var due []string
+	total := 0
+	s.mu.Lock()
 	for _, name := range lanes {
-		if started == n {
-			break
-		}
-		s.mu.Lock()
-		due := now.Sub(s.probed[name]) >= laneProbeEvery
-		if due {
+		if now.Sub(s.probed[name]) >= laneProbeEvery {
 			s.probed[name] = now
-		}
-		s.mu.Unlock()
-		if due {
-			started += s.take(ctx, name, n-started)
+			due = append(due, name)
+			total += s.laneWeight(name)
 		}
 	}
-	s.mu.Lock()
 	for name, t := range s.probed {
 		if now.Sub(t) > time.Minute {
 			delete(s.probed, name)
 		}
 	}
+	if len(due) > 1 {
+		k := s.probeTurn % len(due)
+		due = append(due[k:], due[:k]...)
+		s.probeTurn++
+	}
 	s.mu.Unlock()
+	started := 0
+	for _, name := range due {
+		share := (n*s.laneWeight(name) + total - 1) / total
+		started += s.take(ctx, name, min(share, n-started))
+	}
+	for _, name := range due {
+		if started == n {
+			break
+		}
+		started += s.take(ctx, name, n-started)
+	}
 	return started
+}
+
+// laneWeight is the weight of lane name's fairness key.
+func (s *scheduler) laneWeight(name string) int {
+	f, _ := s.w.names.LaneOfConsumer(name)
+	return s.w.cfg.keyWeight(f.Key)
 }
 
 // scan creates the consumers of lanes that hold runs but have none (the
@@ -272,7 +294,7 @@ func (s *scheduler) plan(lanes []waitingLane, n int) map[string]int {
 			if l.waiting == 0 || l.rank != best {
 				continue
 			}
-			wt := s.weight(l.lane.Key)
+			wt := s.w.cfg.keyWeight(l.lane.Key)
 			total += wt
 			s.credit[l.name] += wt
 			if pick < 0 || s.credit[l.name] > s.credit[lanes[pick].name] {
@@ -292,8 +314,9 @@ func (s *scheduler) plan(lanes []waitingLane, n int) map[string]int {
 	return take
 }
 
-func (s *scheduler) weight(key string) int {
-	if wt, ok := s.w.cfg.Weights[key]; ok {
+// keyWeight is fairness key's weight (Weights; 1 for a key not named).
+func (c Config) keyWeight(key string) int {
+	if wt, ok := c.Weights[key]; ok {
 		return wt
 	}
 	return 1
