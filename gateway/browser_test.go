@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +15,7 @@ import (
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/foundry/foundrytest"
 	"github.com/foundryq/foundryq/gateway"
-	"github.com/foundryq/foundryq/internal/testkit"
 	"github.com/foundryq/foundryq/tools"
 )
 
@@ -37,6 +34,53 @@ func chromium(t *testing.T) string {
 	}
 	t.Skip(msg)
 	return ""
+}
+
+// browser is a headless Chromium a test drives, within 2 minutes; it is
+// closed when the test ends, before the test's servers stop.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// newBrowser starts Chromium exe with the console tests' options, and
+// extra ones (a window size).
+func newBrowser(t *testing.T, exe string, extra ...chromedp.ExecAllocatorOption) *browser {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+	actx, acancel := chromedp.NewExecAllocator(ctx, append(opts, extra...)...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { bcancel(); acancel(); cancel() })
+	return &browser{t: t, ctx: bctx}
+}
+
+// do runs actions in the page, failing the test with what on an error.
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
+// get reads a value from the page.
+func (b *browser) get(what string, a chromedp.Action[string]) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, a)
+	if err != nil {
+		b.t.Fatalf("browser: %s: %v", what, err)
+	}
+	return v
+}
+
+// waitJS polls a JavaScript condition in the page, for up to a minute.
+func (b *browser) waitJS(what, expr string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		b.t.Fatalf("browser: waiting for %s: %v", what, err)
+	}
 }
 
 // The console end to end in headless Chromium: sign in with a token, see
@@ -71,38 +115,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		madeID = id
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1360, 860),
-		chromedp.UserDataDir(t.TempDir()))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, actions...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
-	get := func(what string, a chromedp.Action[string]) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, a)
-		if err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-		return v
-	}
-	// waitJS polls a JavaScript condition in the page.
-	waitJS := func(what, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-			t.Fatalf("browser: waiting for %s: %v", what, err)
-		}
-	}
+	b := newBrowser(t, exe, chromedp.WindowSize(1360, 860))
+	run, get, waitJS := b.do, b.get, b.waitJS
 
 	run("open the console", chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#auth")))
 	run("sign in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#save-token")))
@@ -166,7 +180,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("emulator response of %s: %+v", runID, st.Statuses)
 	}
 
-	png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+	png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatalf("browser: screenshot: %v", err)
 	}
@@ -178,18 +192,16 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkFunctionToolShown(t, nc, bctx, run, get, waitJS)
-	bcancel()
-	acancel()
+	checkFunctionToolShown(t, nc, b)
 }
 
 // checkFunctionToolShown starts a run in the console whose model calls a
 // function tool served over NATS (tools.Serve on nc), and checks its call
 // inline: name, type and status while it runs, then its output once it
 // answers, as text (HTML in it is not parsed) and visibly cut.
-func checkFunctionToolShown(t *testing.T, nc *nats.Conn, bctx context.Context, run func(string, ...chromedp.Action[chromedp.Void]),
-	get func(string, chromedp.Action[string]) string, waitJS func(string, string)) {
+func checkFunctionToolShown(t *testing.T, nc *nats.Conn, b *browser) {
 	t.Helper()
+	run, get, waitJS := b.do, b.get, b.waitJS
 	// Longer than the 4 KiB the worker's event carries: cut twice.
 	output := `<img src=x onerror="window.pwned=1"><b>21°C</b> ` + strings.Repeat("sunny ", 800)
 	release := make(chan struct{})
@@ -241,27 +253,8 @@ func TestConsoleApprovesInBrowser(t *testing.T) {
 	exe := chromium(t)
 	e := setup(t, 1)
 	g := e.gateway(gateway.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, actions...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
-	waitJS := func(what, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-			t.Fatalf("browser: waiting for %s: %v", what, err)
-		}
-	}
+	b := newBrowser(t, exe)
+	do, waitJS := b.do, b.waitJS
 	const tools = `[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp","allowed_tools":["lookup"]}]`
 	do("open the console and start a run that asks",
 		chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#new-run")),
@@ -270,14 +263,10 @@ func TestConsoleApprovesInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#tools"), tools),
 		chromedp.Click(chromedp.CSS("#start")))
 	waitJS("the approval request", `document.querySelector("#run-asked .asked button.approve") !== null && document.querySelector("#run-status").textContent === "waiting"`)
-	asked, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#run-asked")))
-	if err != nil || !strings.Contains(asked, "lookup on crm") {
-		t.Fatalf("the request shows %q (%v)", asked, err)
+	if asked := b.get("read the request", chromedp.Text(chromedp.CSS("#run-asked"))); !strings.Contains(asked, "lookup on crm") {
+		t.Fatalf("the request shows %q", asked)
 	}
-	runID, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#run-id")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	runID := b.get("read the run id", chromedp.Text(chromedp.CSS("#run-id")))
 	do("press Approve", chromedp.Click(chromedp.CSS("#run-asked button.approve")))
 	waitJS("the run completed", `document.querySelector("#run-status").textContent === "completed"`)
 	waitJS("the answer marked", `document.querySelector("#run-asked .note").textContent === "approved"`)
@@ -285,8 +274,6 @@ func TestConsoleApprovesInBrowser(t *testing.T) {
 	if end := evs[len(evs)-1]; end.Type != events.TypeRunCompleted || len(e.emu.Records(runID)) != 2 || e.emu.Stats().ToolCallsStarted != 1 {
 		t.Fatalf("run %s ended %s with %d responses", runID, end.Type, len(e.emu.Records(runID)))
 	}
-	bcancel()
-	acancel()
 }
 
 // A run the model refuses, in the console: the refusal shows as the run's
@@ -296,33 +283,13 @@ func TestConsoleShowsRefusalInBrowser(t *testing.T) {
 	exe := chromium(t)
 	e := setup(t, 1)
 	g := e.gateway(gateway.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	get := func(what, expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-		return v
-	}
-	if err := chromedp.Do(bctx, chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#new-run")),
+	b := newBrowser(t, exe)
+	get := func(what, expr string) string { return b.get(what, chromedp.Evaluate[string](expr)) }
+	b.do("start a run the model refuses", chromedp.Navigate(g.url+"/"), chromedp.WaitVisible(chromedp.CSS("#new-run")),
 		chromedp.SetValue(chromedp.CSS("#input"), "Tell me something you will not."),
 		chromedp.SetValue(chromedp.CSS("#metadata"), "emu_refusal=1"),
-		chromedp.Click(chromedp.CSS("#start"))); err != nil {
-		t.Fatalf("browser: start a run the model refuses: %v", err)
-	}
-	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelector("#run-status").textContent === "completed"`,
-		chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-		t.Fatalf("browser: waiting for the run to complete: %v", err)
-	}
+		chromedp.Click(chromedp.CSS("#start")))
+	b.waitJS("the run to complete", `document.querySelector("#run-status").textContent === "completed"`)
 	runID := get("read the run id", `document.querySelector("#run-id").textContent`)
 	evs := e.watchAll(runID)
 	var refusal strings.Builder
@@ -348,8 +315,6 @@ func TestConsoleShowsRefusalInBrowser(t *testing.T) {
 	if summary := get("read the summary", `document.querySelector("#run-summary").textContent`); !strings.Contains(summary, "the model refused") {
 		t.Errorf("the summary %q does not say the model refused", summary)
 	}
-	bcancel()
-	acancel()
 }
 
 func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
@@ -361,41 +326,11 @@ func TestConsoleShowsQueuePositionInBrowser(t *testing.T) {
 	e := setup(t, 0)
 	e.startWorker(consumer.Config{Concurrency: 1})
 	g := e.gateway(gateway.Config{})
-	blocker := g.create(t, runRequest(map[string]string{foundrytest.KeyTokens: "5000", foundrytest.KeyTokenMS: "20"})).RunID
-	testkit.Eventually(t, 30*time.Second, "the blocking run to start", func() bool {
-		var st events.RunState
-		g.do(t, "GET", "/v1/runs/"+blocker, nil).decode(t, &st)
-		return st.Status == events.StatusRunning
-	})
-	for _, id := range []string{"first", "second"} {
-		req := runRequest(map[string]string{foundrytest.KeyTokens: "3"})
-		req["run_id"] = id
-		g.create(t, req)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	if err := chromedp.Do(bctx, chromedp.Navigate(g.url+"/#run=second"), chromedp.WaitVisible(chromedp.CSS("#run"))); err != nil {
-		t.Fatalf("browser: open the queued run: %v", err)
-	}
-	poll := func(what, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-			meta, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#run-meta")))
-			t.Fatalf("browser: waiting for %s: %v (the run's line says %q)", what, err, meta)
-		}
-	}
-	poll("its place in the queue", `document.querySelector("#run-meta").textContent === "waiting in lane normal/default: number 2 of 2"`)
-	if r := g.do(t, "POST", "/v1/runs/"+blocker+"/cancel", nil); r.status != http.StatusOK {
-		t.Fatalf("cancel the blocking run: %d %s", r.status, r.body)
-	}
-	poll("the run to complete", `document.querySelector("#run-status").textContent === "completed"`)
-	bcancel()
-	acancel()
+	unblock := g.block(t)
+	g.createIDs(t, "first", "second")
+	b := newBrowser(t, exe)
+	b.do("open the queued run", chromedp.Navigate(g.url+"/#run=second"), chromedp.WaitVisible(chromedp.CSS("#run")))
+	b.waitJS("its place in the queue", `document.querySelector("#run-meta").textContent === "waiting in lane normal/default: number 2 of 2"`)
+	unblock()
+	b.waitJS("the run to complete", `document.querySelector("#run-status").textContent === "completed"`)
 }

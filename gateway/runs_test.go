@@ -159,18 +159,8 @@ func TestQueuedRunSaysWhereItWaits(t *testing.T) {
 	e := setup(t, 0)
 	e.startWorker(consumer.Config{Concurrency: 1})
 	g := e.gateway(gateway.Config{})
-	blocker := g.create(t, runRequest(map[string]string{foundrytest.KeyTokens: "5000", foundrytest.KeyTokenMS: "20"})).RunID
-	testkit.Eventually(t, 30*time.Second, "the blocking run to start", func() bool {
-		var st events.RunState
-		r := g.do(t, "GET", "/v1/runs/"+blocker, nil)
-		r.decode(t, &st)
-		return st.Status == events.StatusRunning
-	})
-	for _, id := range []string{"first", "second"} {
-		req := runRequest(nil)
-		req["run_id"] = id
-		g.create(t, req)
-	}
+	unblock := g.block(t)
+	g.createIDs(t, "first", "second")
 	var run gateway.Run
 	testkit.Eventually(t, 30*time.Second, "the second run's place in its lane", func() bool {
 		r := g.do(t, "GET", "/v1/runs/second", nil)
@@ -181,8 +171,35 @@ func TestQueuedRunSaysWhereItWaits(t *testing.T) {
 	if run.Status != events.StatusQueued || run.Queue.Position != 2 || run.Queue.LaneWaiting != 2 || run.Queue.SubmittedAt == nil {
 		t.Fatalf("GET of the second queued run: %+v, queue %+v", run.RunState, *run.Queue)
 	}
-	if r := g.do(t, "POST", "/v1/runs/"+blocker+"/cancel", nil); r.status != http.StatusOK {
-		t.Fatalf("cancel the blocking run: %d %s", r.status, r.body)
+	unblock()
+}
+
+// block starts a long run and waits until it runs: on a worker of
+// concurrency 1, the runs created next wait in the queue. unblock cancels
+// it.
+func (g *gw) block(t *testing.T) (unblock func()) {
+	t.Helper()
+	id := g.create(t, runRequest(map[string]string{foundrytest.KeyTokens: "5000", foundrytest.KeyTokenMS: "20"})).RunID
+	testkit.Eventually(t, 30*time.Second, "the blocking run to start", func() bool {
+		var st events.RunState
+		g.do(t, "GET", "/v1/runs/"+id, nil).decode(t, &st)
+		return st.Status == events.StatusRunning
+	})
+	return func() {
+		t.Helper()
+		if r := g.do(t, "POST", "/v1/runs/"+id+"/cancel", nil); r.status != http.StatusOK {
+			t.Fatalf("cancel the blocking run: %d %s", r.status, r.body)
+		}
+	}
+}
+
+// createIDs creates a short run for each run id of ids.
+func (g *gw) createIDs(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		req := runRequest(map[string]string{foundrytest.KeyTokens: "3"})
+		req["run_id"] = id
+		g.create(t, req)
 	}
 }
 
