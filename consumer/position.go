@@ -94,8 +94,8 @@ func (w *Worker) queuePosition(ctx context.Context, runID string) (events.QueueP
 		return pos, fmt.Errorf("a request on %s, outside the lanes", job.Subject)
 	}
 	pos.Priority, pos.FairnessKey = lane.Priority, lane.Key
-	var waiting map[events.Fairness]laneCount
-	if waiting, err = w.laneCounts(ctx); err != nil {
+	waiting, err := w.laneCounts(ctx)
+	if err != nil {
 		return pos, err
 	}
 	own, found := waiting[lane]
