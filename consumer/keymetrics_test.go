@@ -56,7 +56,8 @@ func byLabels(t *testing.T, reg prometheus.Gatherer, name string, labels ...stri
 	return out
 }
 
-func sum(m map[string]float64) float64 {
+// sumValues is the sum of m's values.
+func sumValues(m map[string]float64) float64 {
 	var s float64
 	for _, v := range m {
 		s += v
@@ -108,7 +109,7 @@ func TestKeyMetricsBoundTheKeys(t *testing.T) {
 			}
 			keys := func(m map[string]float64) []string { return slices.Sorted(maps.Keys(m)) }
 			testkit.Eventually(t, 10*time.Second, "the tokens counted by key", func() bool {
-				return sum(byLabels(t, reg, "foundryq_key_tokens_total", "key")) == tokens
+				return sumValues(byLabels(t, reg, "foundryq_key_tokens_total", "key")) == tokens
 			})
 			// The same keys, and the default key's series (kept at 0 from
 			// the start for every priority).
@@ -121,7 +122,7 @@ func TestKeyMetricsBoundTheKeys(t *testing.T) {
 				t.Errorf("token keys %v, want the queue wait's %v", k, wantKeys)
 			}
 			testkit.Eventually(t, 10*time.Second, "no run owned", func() bool {
-				return sum(byLabels(t, reg, "foundryq_key_runs_active", "key")) == 0
+				return sumValues(byLabels(t, reg, "foundryq_key_runs_active", "key")) == 0
 			})
 			if k := keys(byLabels(t, reg, "foundryq_key_runs_active", "key")); !slices.Equal(k, wantKeys) {
 				t.Errorf("runs owned keys %v, want the queue wait's %v", k, wantKeys)
@@ -145,7 +146,7 @@ func TestKeyRunsActive(t *testing.T) {
 	if v := mustMetric(t, reg, "foundryq_key_runs_active", "key", "team-a", "priority", "low"); v != 1 {
 		t.Errorf("team-a/low runs owned %v, want 1", v)
 	}
-	if all, active := sum(byLabels(t, reg, "foundryq_key_runs_active", "key")), mustMetric(t, reg, "foundryq_runs_active"); all != active {
+	if all, active := sumValues(byLabels(t, reg, "foundryq_key_runs_active", "key")), mustMetric(t, reg, "foundryq_runs_active"); all != active {
 		t.Errorf("runs owned by key sum to %v, runs_active %v", all, active)
 	}
 	e.cancel(req.RunID)
@@ -174,7 +175,7 @@ func TestKeyRunningOtherSumsTheKeysPastTheBound(t *testing.T) {
 	}
 	testkit.Eventually(t, 20*time.Second, "_other to count two running runs, one key one", func() bool {
 		running := byLabels(t, reg, "foundryq_key_running", "key")
-		return len(running) == 2 && running["_other"] == 2 && sum(running) == 3
+		return len(running) == 2 && running["_other"] == 2 && sumValues(running) == 3
 	})
 	for _, id := range ids {
 		e.cancel(id)
@@ -183,6 +184,6 @@ func TestKeyRunningOtherSumsTheKeysPastTheBound(t *testing.T) {
 		checkWellFormed(t, e.collect(id, 30*time.Second))
 	}
 	testkit.Eventually(t, 20*time.Second, "no run running", func() bool {
-		return sum(byLabels(t, reg, "foundryq_key_running", "key")) == 0
+		return sumValues(byLabels(t, reg, "foundryq_key_running", "key")) == 0
 	})
 }

@@ -229,8 +229,8 @@ func runTimeout(d time.Duration) time.Duration {
 	return d
 }
 
-// metricKeys is --metric-keys as consumer.Config.MetricKeys, where 0 means
-// the default: none is negative.
+// metricKeys is --metric-keys as consumer.Config.MetricKeys: the flag's 0
+// (no key but the named ones) is negative there, where 0 is the default.
 func metricKeys(n int) int {
 	if n == 0 {
 		return -1
