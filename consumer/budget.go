@@ -297,20 +297,23 @@ func (r *run) spend(req events.RunRequest, fair events.Fairness) (time.Time, boo
 	return time.Time{}, true
 }
 
+// endedTokens returns the run's record and, if this attempt ended the run,
+// the tokens (total_tokens) its responses used; 0 otherwise, so that they
+// are counted once, by the worker that ended it.
+func (r *run) endedTokens() (events.RunState, int64) {
+	st := r.lastState()
+	if st.Usage == nil || !st.Finished() || !r.owner.owns(&st) {
+		return st, 0
+	}
+	return st, st.Usage.TotalTokens
+}
+
 // settleSpend charges the run's deployment the tokens its responses
 // reported beyond the estimate, in the window it spent in (Azure counts
 // the estimate; a run that used less is not refunded, as the service
-// does not refund it either). It counts the run's tokens by fairness key.
+// does not refund it either).
 func (r *run) settleSpend() {
-	st := r.lastState()
-	var used int64
-	if st.Usage != nil && st.Finished() && r.owner.owns(&st) {
-		// Ended by this attempt: counted once, by the worker that ended it.
-		used = st.Usage.TotalTokens
-		if st.FairnessKey != "" {
-			r.w.m.limits.keyTokens.WithLabelValues(st.FairnessKey).Add(float64(used))
-		}
-	}
+	_, used := r.endedTokens()
 	r.mu.Lock()
 	s := r.spent
 	r.spent = nil

@@ -273,7 +273,7 @@ func (w *Worker) keepSlots(ctx context.Context) {
 			w.limits.saw(e)
 			if e != nil {
 				if key, _, ok := parseSlotKey(e.Key()); ok {
-					w.m.limits.keyRunning.WithLabelValues(key).Set(float64(w.limits.running()[key]))
+					w.setKeyRunning(key)
 				}
 			}
 			continue
@@ -281,6 +281,20 @@ func (w *Worker) keepSlots(ctx context.Context) {
 		}
 		w.renewSlots(ctx)
 	}
+}
+
+// setKeyRunning sets the running gauge of key's label to the slots held
+// across the fleet, as the watch last saw them: for otherKeys, those of
+// every key that shares it.
+func (w *Worker) setKeyRunning(key string) {
+	label := w.keyLabel(key)
+	n := 0
+	for k, held := range w.limits.running() {
+		if k == key || label == otherKeys && w.keyLabel(k) == otherKeys {
+			n += held
+		}
+	}
+	w.m.limits.keyRunning.WithLabelValues(label).Set(float64(n))
 }
 
 // renewSlots extends the lease of every slot this worker's runs hold.
@@ -351,7 +365,7 @@ func (r *run) gate(req events.RunRequest, digest string, fair events.Fairness, a
 
 // waitQueued records why the run waits and hands its job back for delay.
 func (r *run) waitQueued(st events.RunState, exists bool, digest string, fair events.Fairness, reason string, delay time.Duration) {
-	r.w.m.limits.keyWaits.WithLabelValues(fair.Key, reason).Inc()
+	r.w.m.limits.keyWaits.WithLabelValues(r.w.keyLabel(fair.Key), reason).Inc()
 	if st.QueueReason != reason || !exists {
 		ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
 		_, err := r.w.states.Upsert(ctx, r.id, func(s *events.RunState, exists bool) error {

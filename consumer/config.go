@@ -165,6 +165,12 @@ type Config struct {
 	// Registerer receives the worker's Prometheus metrics. Default: none
 	// (metrics are still counted, just not exported).
 	Registerer prometheus.Registerer
+	// MetricKeys bounds the label values of the per-key metrics: the
+	// fairness keys Weights and Caps name, and the default key, have one
+	// of their own, and so do the first MetricKeys other keys this worker
+	// sees; every later key shares the value "_other". Default 100;
+	// negative: none but the named keys.
+	MetricKeys int
 
 	// Fleet-wide limits (caps.go, budget.go), kept in the <prefix>-limits
 	// bucket and shared by every worker of the prefix: they hold only if
@@ -207,6 +213,11 @@ const DefaultToolTimeout = time.Minute
 // DefaultPriorityAge is the starvation bound of lanes unless
 // Config.PriorityAge says otherwise.
 const DefaultPriorityAge = 5 * time.Minute
+
+// DefaultMetricKeys is how many fairness keys besides those the
+// configuration names get a label value of their own in the per-key
+// metrics, unless Config.MetricKeys says otherwise.
+const DefaultMetricKeys = 100
 
 // DefaultRunTimeout is the run deadline of requests without
 // timeout_seconds unless Config.DefaultTimeout says otherwise.
@@ -269,6 +280,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StuckAfter == 0 {
 		c.StuckAfter = 5 * time.Minute
+	}
+	if c.MetricKeys == 0 {
+		c.MetricKeys = DefaultMetricKeys
 	}
 	if c.ToolTimeout == 0 {
 		c.ToolTimeout = DefaultToolTimeout

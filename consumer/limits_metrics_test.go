@@ -40,7 +40,7 @@ func TestLimitMetrics(t *testing.T) {
 		total += last.Usage.TotalTokens
 	}
 	testkit.Eventually(t, 10*time.Second, "the key's tokens counted", func() bool {
-		v, _ := metricValue(t, reg, "foundryq_key_tokens_total", "key", "k")
+		v, _ := metricValue(t, reg, "foundryq_key_tokens_total", "key", "k", "priority", string(events.PriorityNormal))
 		return v == float64(total)
 	})
 	// "hello there" is 13 bytes as JSON (4 tokens), plus the default

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,15 +36,18 @@ type metrics struct {
 	storeRefusals       *prometheus.CounterVec // writes JetStream refused, its store full, by what: event, state
 	runsStalled         *prometheus.CounterVec // runs ended for a stalled upstream, by code
 	deadlinesEnforced   prometheus.Counter
-	runsPaused          prometheus.Counter     // runs that stopped to wait for their caller's answers
-	inputAnswers        *prometheus.CounterVec // answers to waiting runs, by result
-	queueSeconds        prometheus.Histogram
+	runsPaused          prometheus.Counter       // runs that stopped to wait for their caller's answers
+	inputAnswers        *prometheus.CounterVec   // answers to waiting runs, by result
+	queueSeconds        *prometheus.HistogramVec // by fairness key and priority
 	firstTokenSeconds   prometheus.Histogram
 	runSeconds          *prometheus.HistogramVec // by outcome: completed, failed, cancelled
 	upstreamSeconds     *prometheus.HistogramVec // by op and status
 	tokens              *prometheus.CounterVec   // by kind: input, output, reasoning, cached
 	toolCalls           *prometheus.CounterVec   // function calls sent to tools served over NATS, by tool and result
 	toolSeconds         *prometheus.HistogramVec // their duration, by tool
+	keyRunsActive       *prometheus.GaugeVec     // runs this worker owns now, by fairness key and priority
+	keyTokens           *prometheus.CounterVec   // tokens the runs this worker ended used, by fairness key and priority
+	keys                keyLabels                // the fairness keys with a label value of their own
 	limits              limitMetrics
 }
 
@@ -52,7 +56,6 @@ type metrics struct {
 type limitMetrics struct {
 	keyRunning      *prometheus.GaugeVec   // runs holding a slot across the fleet, by fairness key
 	keyWaits        *prometheus.CounterVec // runs handed back to wait, by fairness key and reason
-	keyTokens       *prometheus.CounterVec // tokens the runs this worker ended used, by fairness key
 	capSlotsLost    prometheus.Counter     // slots that expired before their worker renewed them
 	budgetTokens    *prometheus.CounterVec // tokens this worker took from a budget (estimates), by deployment
 	budgetTightened *prometheus.CounterVec // budgets tightened by Foundry's x-ratelimit-* headers, by deployment
@@ -66,9 +69,6 @@ func newLimitMetrics() limitMetrics {
 		keyWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "key_waits_total", Help: "Runs handed back to wait for a fleet-wide limit, by fairness key and reason (concurrency_cap, token_budget).",
 		}, []string{"key", "reason"}),
-		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "foundryq", Name: "key_tokens_total", Help: "Tokens (total_tokens) of the runs this worker ended, by fairness key: rate() gives the tokens per minute spent.",
-		}, []string{"key"}),
 		capSlotsLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "cap_slots_lost_total", Help: "Concurrency slots whose lease ran out before this worker renewed them (its key may have had one run too many).",
 		}),
@@ -82,7 +82,7 @@ func newLimitMetrics() limitMetrics {
 }
 
 func (l limitMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{l.keyRunning, l.keyWaits, l.keyTokens, l.capSlotsLost, l.budgetTokens, l.budgetTightened}
+	return []prometheus.Collector{l.keyRunning, l.keyWaits, l.capSlotsLost, l.budgetTokens, l.budgetTightened}
 }
 
 // Label values set up front, so that every series a dashboard or an alert
@@ -97,6 +97,7 @@ var (
 	startedHows    = []string{"created", "resumed", "polled"}
 	runOutcomes    = []string{"completed", "failed", "cancelled"}
 	upstreamStatus = []string{"ok"} // others appear when seen
+	priorities     = []events.Priority{events.PriorityHigh, events.PriorityNormal, events.PriorityLow}
 )
 
 // newMetrics makes the worker's metrics and registers them with reg (if
@@ -172,10 +173,10 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 		deadlinesEnforced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "foundryq", Name: "deadlines_enforced_total", Help: "Runs owned by another worker whose passed deadline this worker enforced (cancelled upstream and recorded), their owner having let it pass.",
 		}),
-		queueSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "foundryq", Name: "run_queue_seconds", Help: "Time from a run request being stored to a worker taking it (first delivery only).",
+		queueSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "foundryq", Name: "run_queue_seconds", Help: "Time from a run request being stored to a worker taking it (first delivery only), by fairness key and priority.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
-		}),
+		}, []string{"key", "priority"}),
 		firstTokenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "foundryq", Name: "time_to_first_token_seconds", Help: "Time from sending a create to Foundry to the run's first text being received.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
@@ -200,6 +201,13 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 			Namespace: "foundryq", Name: "tool_call_seconds", Help: "Time from sending a function call to a tool served over NATS to its end, by tool (calls nobody serves are not counted).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
 		}, []string{"tool"}),
+		keyRunsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "foundryq", Name: "key_runs_active", Help: "Runs this worker owns now, by fairness key and priority (summed: foundryq_runs_active).",
+		}, []string{"key", "priority"}),
+		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "foundryq", Name: "key_tokens_total", Help: "Tokens (total_tokens) of the runs this worker ended, by fairness key and priority: rate() * 60 gives the tokens per minute spent.",
+		}, []string{"key", "priority"}),
+		keys:   keyLabels{own: make(map[string]struct{})},
 		limits: newLimitMetrics(),
 	}
 	for _, t := range terminalTypes {
@@ -232,12 +240,16 @@ func newMetrics(reg prometheus.Registerer, stuck func() float64) *metrics {
 	for _, c := range []string{events.CodeUpstreamStalled, events.CodeUpstreamQueued, events.CodeStoreFull} {
 		m.runsStalled.WithLabelValues(c)
 	}
+	for _, p := range priorities {
+		m.keyRunsActive.WithLabelValues(events.DefaultFairnessKey, string(p))
+		m.keyTokens.WithLabelValues(events.DefaultFairnessKey, string(p))
+	}
 	if reg != nil {
 		reg.MustRegister(m.runsActive, m.runsStarted, m.runsFinished, m.runsCancelled, m.eventsPublished,
 			m.deltasCoalesced, m.publishSeconds, m.publishRetries, m.upstreamErrors, m.cancelRequests,
 			m.cancelReplySeconds, m.completedAfterCancl, m.deadLetters, m.handoffs, m.lostOwnership,
 			m.cancelsUnconfirmed, m.cancelsPending, m.storeRefusals, m.runsStalled, m.deadlinesEnforced, m.runsPaused, m.inputAnswers, m.queueSeconds, m.firstTokenSeconds, m.runSeconds, m.upstreamSeconds, m.tokens,
-			m.toolCalls, m.toolSeconds)
+			m.toolCalls, m.toolSeconds, m.keyRunsActive, m.keyTokens)
 		reg.MustRegister(m.limits.collectors()...)
 		if stuck != nil {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -261,6 +273,62 @@ func (m *metrics) runEnded(ev events.RunEvent, submitted time.Time) {
 		m.tokens.WithLabelValues("output").Add(float64(u.OutputTokens))
 		m.tokens.WithLabelValues("reasoning").Add(float64(u.ReasoningTokens))
 		m.tokens.WithLabelValues("cached").Add(float64(u.CachedTokens))
+	}
+}
+
+// otherKeys is the label value the per-key metrics give every fairness key
+// past the bound of keyLabel.
+const otherKeys = "_other"
+
+// keyLabels are the fairness keys, besides those the configuration names,
+// that have a label value of their own in this worker's per-key metrics.
+type keyLabels struct {
+	mu  sync.Mutex
+	own map[string]struct{}
+}
+
+// admit reports whether key has a label value of its own, giving it one
+// if fewer than most keys have one.
+func (k *keyLabels) admit(key string, most int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.own[key]; ok {
+		return true
+	}
+	if len(k.own) >= most {
+		return false
+	}
+	k.own[key] = struct{}{}
+	return true
+}
+
+// keyLabel is fairness key key's label value in the per-key metrics. Keys
+// are the callers' strings (a tenant, a customer id), as many as they
+// like, and each value is a series of every per-key metric: the keys the
+// configuration names (Weights, Caps) and the default key keep their own,
+// the first MetricKeys others this worker sees get theirs for as long as
+// it runs, and every later key shares otherKeys.
+func (w *Worker) keyLabel(key string) string {
+	_, weighted := w.cfg.Weights[key]
+	_, capped := w.cfg.Caps[key]
+	if key == events.DefaultFairnessKey || weighted || capped || w.m.keys.admit(key, w.cfg.MetricKeys) {
+		return key
+	}
+	return otherKeys
+}
+
+// laneLabels are the key and priority label values of lane f.
+func (w *Worker) laneLabels(f events.Fairness) []string {
+	return []string{w.keyLabel(f.Key), string(f.Priority)}
+}
+
+// countKeyTokens counts the tokens of the run this attempt ended by its
+// fairness key and priority (a record from a worker before them has
+// none: not counted).
+func (r *run) countKeyTokens() {
+	st, used := r.endedTokens()
+	if used > 0 && st.FairnessKey != "" {
+		r.w.m.keyTokens.WithLabelValues(r.w.laneLabels(events.Fairness{Key: st.FairnessKey, Priority: st.Priority})...).Add(float64(used))
 	}
 }
 

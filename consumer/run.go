@@ -22,13 +22,14 @@ import (
 
 // handle owns one job until it ends.
 func (w *Worker) handle(msg jetstream.Msg) {
+	lane := w.laneLabels(w.jobLane(msg))
 	attempt := 1
 	var submitted time.Time
 	if meta, err := msg.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
 		submitted = meta.Timestamp
 		if attempt == 1 {
-			w.m.queueSeconds.Observe(max(time.Since(submitted).Seconds(), 0))
+			w.m.queueSeconds.WithLabelValues(lane...).Observe(max(time.Since(submitted).Seconds(), 0))
 		}
 	}
 	runID, ok := w.names.RunIDFromSubject(msg.Subject())
@@ -59,6 +60,9 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		return
 	}
 	defer w.unregister(r)
+	owned := w.m.keyRunsActive.WithLabelValues(lane...)
+	owned.Inc()
+	defer owned.Dec()
 	if w.isStopping() {
 		// Fetched in the last poll before shutdown: give it back at once.
 		r.logger().Info().Msg("job arrived during shutdown; handed back")
@@ -66,6 +70,17 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		return
 	}
 	r.execute()
+}
+
+// jobLane is the lane of a job: named by its subject in the queue, or,
+// for a job taken first in, first out (FIFO), read from its request.
+func (w *Worker) jobLane(msg jetstream.Msg) events.Fairness {
+	if j, ok := msg.(laneJob); ok {
+		if f, _, ok := w.names.LaneOfSubject(j.Msg.Subject()); ok {
+			return f
+		}
+	}
+	return w.laneOf(msg)
 }
 
 func (r *run) execute() {
@@ -95,6 +110,7 @@ func (r *run) execute() {
 		return // waits for a fleet-wide limit (caps.go)
 	}
 	defer r.releaseLimits()
+	defer r.countKeyTokens()
 	st, err := r.claim(digest, fair, w.runTimeout(req), answered)
 	switch {
 	case errors.Is(err, errStillWaiting):

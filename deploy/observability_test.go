@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -57,6 +58,12 @@ type dashboardPanel struct {
 // metricName finds foundryq's metric names in a PromQL expression: every
 // one of them starts with foundryq_, and no label or function does.
 var metricName = regexp.MustCompile(`\bfoundryq_[a-zA-Z0-9_]+`)
+
+// byClause finds the labels of the aggregations' by (...) clauses.
+var byClause = regexp.MustCompile(`\bby \(([^)]*)\)`)
+
+// targetLabels are the labels Prometheus adds to every series it scrapes.
+var targetLabels = map[string]bool{"job": true, "instance": true}
 
 // queries returns the PromQL expressions of the alert rules and of the
 // dashboard, each under a name that says where it is.
@@ -139,7 +146,8 @@ func queries(t *testing.T) map[string]string {
 // TestDashboardAndAlertsQueryRealMetrics checks that every metric the
 // Grafana dashboard and the alert rules query is served by a worker's
 // /metrics (the worker command's registry: its metrics and the Go and
-// process collectors) after a run.
+// process collectors) after a run, and that every label they aggregate by
+// is one of those metrics' labels.
 func TestDashboardAndAlertsQueryRealMetrics(t *testing.T) {
 	t.Parallel()
 	qs := queries(t)
@@ -150,9 +158,20 @@ func TestDashboardAndAlertsQueryRealMetrics(t *testing.T) {
 		if len(names) == 0 {
 			t.Errorf("%s queries no foundryq metric: %s", where, expr)
 		}
+		labels := map[string]bool{}
 		for _, n := range names {
-			if !served[n] {
+			if _, ok := served[n]; !ok {
 				missing = append(missing, where+": "+n)
+			}
+			for l := range served[n] {
+				labels[l] = true
+			}
+		}
+		for _, by := range byClause.FindAllStringSubmatch(expr, -1) {
+			for _, l := range strings.Split(by[1], ",") {
+				if l = strings.TrimSpace(l); !labels[l] && !targetLabels[l] {
+					missing = append(missing, where+": label "+l+" of "+strings.Join(names, ", "))
+				}
 			}
 		}
 	}
@@ -163,8 +182,9 @@ func TestDashboardAndAlertsQueryRealMetrics(t *testing.T) {
 }
 
 // scrapeWorker runs one run on a devstack worker and returns the sample
-// names its /metrics serves (a histogram's _bucket, _sum and _count).
-func scrapeWorker(t *testing.T) map[string]bool {
+// names its /metrics serves (a histogram's _bucket, _sum and _count), each
+// with the labels of its series (a histogram's _bucket also le).
+func scrapeWorker(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -202,20 +222,28 @@ func scrapeWorker(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
-	names := map[string]bool{}
+	names := map[string]map[string]bool{}
 	for name, f := range fams {
 		if len(f.GetMetric()) == 0 {
 			continue
 		}
-		names[name] = true
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
+			}
+		}
+		names[name] = labels
 		switch f.GetType() {
 		case dto.MetricType_HISTOGRAM:
-			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
+			names[name+"_bucket"] = maps.Clone(labels)
+			names[name+"_bucket"]["le"] = true
+			names[name+"_sum"], names[name+"_count"] = labels, labels
 		case dto.MetricType_SUMMARY:
-			names[name+"_sum"], names[name+"_count"] = true, true
+			names[name+"_sum"], names[name+"_count"] = labels, labels
 		}
 	}
-	if !names["foundryq_runs_finished_total"] {
+	if names["foundryq_runs_finished_total"] == nil {
 		t.Fatalf("the worker's /metrics has no foundryq_runs_finished_total: %d families", len(names))
 	}
 	return names

@@ -32,6 +32,7 @@ type workerFlags struct {
 	allowHTTP, h2c                              *bool
 	secretsDir, secretHosts                     *string
 	concurrency, maxDeliver, replicas           *int
+	metricKeys                                  *int
 	workerID                                    *string
 	defaultTimeout, cancelConfirm, shutdown     *time.Duration
 	queuedTimeout, storeFullTimeout, streamIdle *time.Duration
@@ -69,6 +70,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.cancelAudit = f.Duration("cancel-audit-delay", "FOUNDRYQ_CANCEL_AUDIT_DELAY", 30*time.Second, "read a cancelled response back after this long to catch a late completion (negative: off)", positiveOrOff(0))
 	w.foregroundPoll = f.Duration("foreground-poll-timeout", "FOUNDRYQ_FOREGROUND_POLL_TIMEOUT", time.Minute, "how long to poll a foreground response (hosted agents) whose stream broke before the run ends stream_lost", positive())
 	w.stuckAfter = f.Duration("stuck-after", "FOUNDRYQ_STUCK_AFTER", 5*time.Minute, "a run that stores no event for this long counts in the foundryq_runs_stuck gauge", positive())
+	w.metricKeys = f.Int("metric-keys", "FOUNDRYQ_METRIC_KEYS", consumer.DefaultMetricKeys, "fairness keys, besides those --weights and --cap name, that get a label value of their own in the per-key metrics (the first seen); later keys share _other (0: none)", between(0, 10000))
 	w.shutdown = f.Duration("shutdown-timeout", "FOUNDRYQ_SHUTDOWN_TIMEOUT", 15*time.Second, "bound on handing off runs at shutdown", positive())
 	w.retryDelay = f.Duration("retry-delay", "FOUNDRYQ_RETRY_DELAY", 2*time.Second, "delay before retrying a job after a retryable Foundry error (times the failures so far), unless Foundry asks for another", positive())
 	w.newerFieldsGrace = f.Duration("newer-fields-grace", "FOUNDRYQ_NEWER_FIELDS_GRACE", 10*time.Minute, "how long after its submit a run request whose only fault is fields this worker does not know (a newer version's) is handed back for a newer worker, before it fails invalid_request (negative: fails at once)", positiveOrOff(0))
@@ -156,6 +158,7 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		RetryDelay:            *w.retryDelay,
 		NewerFieldsGrace:      *w.newerFieldsGrace,
 		StuckAfter:            *w.stuckAfter,
+		MetricKeys:            metricKeys(*w.metricKeys),
 		ToolTimeout:           *w.toolTimeout,
 		ToolTimeouts:          checked(parseToolTimeouts(*w.toolTimeouts)),
 		IdempotentTools:       checked(parseToolNames(*w.toolIdempotent)),
@@ -224,6 +227,15 @@ func runTimeout(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// metricKeys is --metric-keys as consumer.Config.MetricKeys: the flag's 0
+// (no key but the named ones) is negative there, where 0 is the default.
+func metricKeys(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func (w workerFlags) foundryConfig(endpoint, apiKey string) foundry.Config {
