@@ -96,6 +96,9 @@ func (w *Worker) endJobless(ctx context.Context, e joblessEnding) (events.RunSta
 		w.log.Warn().Err(err).Str("run_id", e.runID).Msg("publish " + e.what)
 	}
 	w.m.runEnded(*st.End, e.submitted)
+	if st.Usage != nil {
+		w.countKeyTokens(st, st.Usage.TotalTokens)
+	}
 	return st, nil
 }
 

@@ -187,3 +187,27 @@ func TestKeyRunningOtherSumsTheKeysPastTheBound(t *testing.T) {
 		return sumValues(byLabels(t, reg, "foundryq_key_running", "key")) == 0
 	})
 }
+
+// TestKeyTokensOfARunEndedWhileWaiting: a run cancelled while it waits
+// for its caller ends with no worker owning it (endJobless); the tokens
+// of its first step count for its key all the same.
+func TestKeyTokensOfARunEndedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	e.startWorker(consumer.Config{Registerer: reg})
+	req := askingRequest("ask-tokens")
+	req.FairnessKey, req.Priority = "waiter", events.PriorityHigh
+	e.submit(req)
+	e.waitEvent("ask-tokens", events.TypeInputRequired, 20*time.Second)
+	if reply, err := e.client.Cancel(testCtx(t), "ask-tokens", "changed my mind"); err != nil || reply.Result != events.CancelCancelled {
+		t.Fatalf("cancel: %+v %v", reply, err)
+	}
+	end := checkWellFormed(t, e.collect("ask-tokens", 20*time.Second))
+	if end.Type != events.TypeRunCancelled || end.Usage == nil || end.Usage.TotalTokens == 0 {
+		t.Fatalf("end %+v", end)
+	}
+	testkit.Eventually(t, 10*time.Second, "the run's tokens counted for its key", func() bool {
+		return byLabels(t, reg, "foundryq_key_tokens_total", "key", "priority")["waiter/high"] == float64(end.Usage.TotalTokens)
+	})
+}

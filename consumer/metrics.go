@@ -323,12 +323,15 @@ func (w *Worker) laneLabels(f events.Fairness) []string {
 }
 
 // countKeyTokens counts the tokens of the run this attempt ended by its
-// fairness key and priority (a record from a worker before them has
+// fairness key and priority.
+func (r *run) countKeyTokens() { r.w.countKeyTokens(r.endedTokens()) }
+
+// countKeyTokens counts used tokens of run st, which this worker ended, by
+// its fairness key and priority (a record from a worker before them has
 // none: not counted).
-func (r *run) countKeyTokens() {
-	st, used := r.endedTokens()
+func (w *Worker) countKeyTokens(st events.RunState, used int64) {
 	if used > 0 && st.FairnessKey != "" {
-		r.w.m.keyTokens.WithLabelValues(r.w.laneLabels(events.Fairness{Key: st.FairnessKey, Priority: st.Priority})...).Add(float64(used))
+		w.m.keyTokens.WithLabelValues(w.laneLabels(events.Fairness{Key: st.FairnessKey, Priority: st.Priority})...).Add(float64(used))
 	}
 }
 

@@ -63,3 +63,33 @@ func TestEmulatorQuotaSetting(t *testing.T) {
 		t.Fatalf("a quota by default: %+v", cfg.TokensPerMinute)
 	}
 }
+
+// --metric-keys: the default is consumer.DefaultMetricKeys, 0 means none
+// but the keys the configuration names (MetricKeys negative in the
+// worker's settings, where 0 is the default), and out of range is refused.
+func TestWorkerMetricKeys(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, consumer.DefaultMetricKeys},
+		{[]string{"--metric-keys", "0"}, -1},
+		{[]string{"--metric-keys", "7"}, 7},
+	} {
+		f := newFlags("worker", "")
+		wf := addWorkerFlags(f, true)
+		if err := f.parse(c.args, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if got := wf.config("", nil).MetricKeys; got != c.want {
+			t.Errorf("%v: MetricKeys %d, want %d", c.args, got, c.want)
+		}
+	}
+	for _, bad := range []string{"-1", "10001"} {
+		f := newFlags("worker", "")
+		addWorkerFlags(f, true)
+		if err := f.parse([]string{"--metric-keys", bad}, io.Discard); err == nil {
+			t.Errorf("--metric-keys %s accepted", bad)
+		}
+	}
+}
