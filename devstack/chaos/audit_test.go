@@ -62,8 +62,8 @@ type RunPlan struct {
 
 // Bounds are the deadline rules' allowances.
 type Bounds struct {
-	// Terminal: a run with a timeout has its terminal event stored by
-	// SubmittedAt + Timeout + Terminal (plus the outages meanwhile, plus
+	// Terminal: a run with a timeout has its terminal event stored by its
+	// first start + Timeout + Terminal (plus the outages meanwhile, plus
 	// its CancelFault). The ack wait and a few seconds: with its owner
 	// dead, any worker enforces the deadline upstream and the terminal
 	// event comes at the redelivery.
@@ -586,22 +586,29 @@ func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, id+": "+fmt.Sprintf(format, args...))
 	}
-	// The terminal event, by submit + timeout + the bound, moved on by what
-	// held every run back meanwhile and by this run's own cancel fault.
-	due := plan.SubmittedAt.Add(plan.Timeout + d.bounds.Terminal + min(plan.CancelFault, d.bounds.CancelConfirm))
-	due = extend(d.outages, plan.SubmittedAt, due, OutageNATS, OutageStoreFull, OutageCancel)
-	if after := endedAt.Sub(plan.SubmittedAt.Add(plan.Timeout)); !endedAt.IsZero() && after > rep.TerminalAfterTimeout {
+	// The terminal event, by the first start + timeout + the bound (the
+	// contract counts timeout_seconds from the first start: a run waits
+	// queued for a free slot or its key's cap first), moved on by what held
+	// every run back meanwhile and by this run's own cancel fault. A run
+	// that never started counts from its submit.
+	start := plan.SubmittedAt
+	if st != nil && st.StartedAt != nil {
+		start = *st.StartedAt
+	}
+	due := start.Add(plan.Timeout + d.bounds.Terminal + min(plan.CancelFault, d.bounds.CancelConfirm))
+	due = extend(d.outages, start, due, OutageNATS, OutageStoreFull, OutageCancel)
+	if after := endedAt.Sub(start.Add(plan.Timeout)); !endedAt.IsZero() && after > rep.TerminalAfterTimeout {
 		rep.TerminalAfterTimeout = after
-		rep.TerminalAfterTimeoutOf = fmt.Sprintf(": %s, allowed %s", id, due.Sub(plan.SubmittedAt.Add(plan.Timeout)).Round(time.Millisecond))
+		rep.TerminalAfterTimeoutOf = fmt.Sprintf(": %s, allowed %s", id, due.Sub(start.Add(plan.Timeout)).Round(time.Millisecond))
 	}
 	switch {
 	case endedAt.IsZero():
 		rep.LateTerminal++
-		problem("timeout %s: no terminal event (due %s after the submit)", plan.Timeout, due.Sub(plan.SubmittedAt).Round(time.Millisecond))
+		problem("timeout %s: no terminal event (due %s after the first start)", plan.Timeout, due.Sub(start).Round(time.Millisecond))
 	case endedAt.After(due):
 		rep.LateTerminal++
-		problem("timeout %s: terminal event stored %s after the submit, due within %s", plan.Timeout,
-			endedAt.Sub(plan.SubmittedAt).Round(time.Millisecond), due.Sub(plan.SubmittedAt).Round(time.Millisecond))
+		problem("timeout %s: terminal event stored %s after the first start, due within %s", plan.Timeout,
+			endedAt.Sub(start).Round(time.Millisecond), due.Sub(start).Round(time.Millisecond))
 	}
 	// The response, stopped upstream by the deadline + the bound if it was
 	// generating still. The deadline is the one the workers recorded, else

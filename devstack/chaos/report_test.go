@@ -57,17 +57,17 @@ type Report struct {
 	RanOnUnreported int
 	// WithTimeout counts the runs submitted with a timeout_seconds the
 	// deadline rules check; LateTerminal those whose terminal event was not
-	// stored by submit + timeout + the bound; LateUpstreamCancel those whose
+	// stored by the first start + timeout + the bound; LateUpstreamCancel those whose
 	// response was still generating past the deadline + the bound without
 	// a cancel call.
 	WithTimeout, LateTerminal, LateUpstreamCancel int
 	// TerminalAfterTimeout is the longest a terminal event of a run with a
-	// timeout was stored after submit + timeout; CancelAfterDeadline the
+	// timeout was stored after its first start + timeout; CancelAfterDeadline the
 	// longest after a run's deadline that the first cancel call reached a
 	// response still generating then (the margins the two rules leave).
 	TerminalAfterTimeout, CancelAfterDeadline time.Duration
 	// TerminalAfterTimeoutOf names the run of TerminalAfterTimeout and what
-	// its bound allowed it (after submit + timeout).
+	// its bound allowed it (after the first start + timeout).
 	TerminalAfterTimeoutOf string
 	// Problems names every run that broke a promise, and how.
 	Problems []string
@@ -116,7 +116,7 @@ func (r Report) Table() string {
 		r.TokensAfterCancel+r.ToolCallsAfterCancel, r.TokensAfterCancel, r.ToolCallsAfterCancel))
 	row("malformed event streams", r.Malformed)
 	row("cancelled runs whose response ran on without being reported", r.RanOnUnreported)
-	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after submit + timeout%s)",
+	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after first start + timeout%s)",
 		r.LateTerminal, r.TerminalAfterTimeout.Round(time.Millisecond), r.TerminalAfterTimeoutOf))
 	row("timed-out runs cancelled upstream late", fmt.Sprintf("%d (latest first cancel call %s after the deadline)",
 		r.LateUpstreamCancel, r.CancelAfterDeadline.Round(time.Millisecond)))
