@@ -44,10 +44,14 @@ type runNotes struct {
 	plan RunPlan
 }
 
-// RunPlan is what a test asked of a run that the deadline rules check.
+// RunPlan is what a test asked of a run that the deadline and scheduling
+// rules check.
 type RunPlan struct {
 	// SubmittedAt is when the submit was accepted.
 	SubmittedAt time.Time
+	// Fairness is the run's fairness key and priority, as submitted; its
+	// zero value: the scheduling rules do not apply.
+	Fairness events.Fairness
 	// Timeout is the run's timeout_seconds; 0: the deadline rules do not
 	// apply.
 	Timeout time.Duration
@@ -60,10 +64,11 @@ type RunPlan struct {
 	Asks bool
 }
 
-// Bounds are the deadline rules' allowances.
+// Bounds are the deadline and scheduling rules' allowances, and the
+// workers' settings those rules check.
 type Bounds struct {
-	// Terminal: a run with a timeout has its terminal event stored by
-	// SubmittedAt + Timeout + Terminal (plus the outages meanwhile, plus
+	// Terminal: a run with a timeout has its terminal event stored by its
+	// first start + Timeout + Terminal (plus the outages meanwhile, plus
 	// its CancelFault). The ack wait and a few seconds: with its owner
 	// dead, any worker enforces the deadline upstream and the terminal
 	// event comes at the redelivery.
@@ -75,6 +80,23 @@ type Bounds struct {
 	// CancelConfirm is the workers' bound on retrying Foundry's cancel
 	// (--cancel-confirm-timeout): it caps a run's CancelFault.
 	CancelConfirm time.Duration
+	// StartOrder is the priority rule's tolerance: how long a run may have
+	// waited in its lane while a run of a lower priority starts (the
+	// workers do not coordinate: each sees the lanes as it last listed
+	// them).
+	StartOrder time.Duration
+	// PriorityAge is the workers' starvation bound (--priority-age): a
+	// start is not judged against a lane whose oldest run had waited
+	// about that long, as aging reorders them.
+	PriorityAge time.Duration
+	// Redelivery is how long after a fault that hides runs (OutageNATS,
+	// OutageStoreFull, OutageBlackHole, OutageWorker) a job taken then may
+	// come back: the ack wait and a little. For the runs submitted before
+	// the fault ended, the priority rule does not judge a start until then,
+	// nor count the time as waiting.
+	Redelivery time.Duration
+	// Caps are the workers' concurrency caps by fairness key (--cap).
+	Caps map[string]int
 }
 
 // Outage kinds: what held runs back for a while, through no fault of the
@@ -84,6 +106,7 @@ const (
 	OutageStoreFull = "store full"     // JetStream refused writes
 	OutageCancel    = "foundry cancel" // Foundry's cancel failed or hung for every response
 	OutageBlackHole = "worker cut off" // a worker's NATS connection was black-holed (recorded, not an allowance)
+	OutageWorker    = "worker lost"    // a worker was killed, frozen or shut down: jobs it had taken come back later
 )
 
 type outage struct {
@@ -145,37 +168,43 @@ func (a *Auditor) Outage(kind string, from, to time.Time) {
 func extend(outages []outage, start, end time.Time, kinds ...string) time.Time {
 	base := end
 	for range len(outages) + 1 {
-		var ws []outage
-		for _, o := range outages {
-			if slices.Contains(kinds, o.kind) && o.to.After(start) && o.from.Before(end) {
-				o.from, o.to = maxTime(o.from, start), minTime(o.to, end)
-				ws = append(ws, o)
-			}
-		}
-		sort.Slice(ws, func(i, j int) bool { return ws[i].from.Before(ws[j].from) })
-		var took time.Duration
-		var cur outage
-		for i, w := range ws {
-			switch {
-			case i == 0:
-				cur = w
-			case w.from.After(cur.to):
-				took += cur.to.Sub(cur.from)
-				cur = w
-			case w.to.After(cur.to):
-				cur.to = w.to
-			}
-		}
-		if len(ws) > 0 {
-			took += cur.to.Sub(cur.from)
-		}
-		next := base.Add(took)
+		next := base.Add(covered(outages, start, end, kinds...))
 		if next.Equal(end) {
 			break
 		}
 		end = next
 	}
 	return end
+}
+
+// covered is the time the outages of the given kinds (their union) took
+// up between start and end.
+func covered(outages []outage, start, end time.Time, kinds ...string) time.Duration {
+	var ws []outage
+	for _, o := range outages {
+		if slices.Contains(kinds, o.kind) && o.to.After(start) && o.from.Before(end) {
+			o.from, o.to = maxTime(o.from, start), minTime(o.to, end)
+			ws = append(ws, o)
+		}
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i].from.Before(ws[j].from) })
+	var took time.Duration
+	var cur outage
+	for i, w := range ws {
+		switch {
+		case i == 0:
+			cur = w
+		case w.from.After(cur.to):
+			took += cur.to.Sub(cur.from)
+			cur = w
+		case w.to.After(cur.to):
+			cur.to = w.to
+		}
+	}
+	if len(ws) > 0 {
+		took += cur.to.Sub(cur.from)
+	}
+	return took
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -262,17 +291,28 @@ func (a *Auditor) Audit(ctx context.Context) (Report, error) {
 	}
 	dl := deadlines{bounds: a.bounds, outages: slices.Clone(a.outages)}
 	a.mu.Unlock()
+	rep.Caps = dl.bounds.Caps
+	var sched []schedRun
 	for _, id := range a.RunIDs() {
 		recs := a.emu.Records(id)
+		plan := notes[id].plan
 		a.auditRun(&rep, id, stored[id], recs, notes[id])
-		if notes[id].plan.Timeout > 0 {
-			st, err := a.state(ctx, id)
-			if err != nil {
-				return Report{}, err
-			}
-			dl.audit(&rep, id, notes[id].plan, ended[id], st, recs)
+		if plan.Timeout == 0 && plan.Fairness.Priority == "" {
+			continue
+		}
+		st, err := a.state(ctx, id)
+		if err != nil {
+			return Report{}, err
+		}
+		if plan.Timeout > 0 {
+			dl.audit(&rep, id, plan, ended[id], st, recs)
+		}
+		if plan.Fairness.Priority != "" {
+			sched = append(sched, schedRunOf(id, plan, st, stored[id], ended[id]))
 		}
 	}
+	newOrderRule(dl.bounds, dl.outages).audit(&rep, sched)
+	capRule{caps: dl.bounds.Caps}.audit(&rep, sched)
 	sort.Strings(rep.Problems)
 	sort.Strings(rep.Failures)
 	return rep, nil
@@ -586,22 +626,29 @@ func (d deadlines) audit(rep *Report, id string, plan RunPlan, endedAt time.Time
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, id+": "+fmt.Sprintf(format, args...))
 	}
-	// The terminal event, by submit + timeout + the bound, moved on by what
-	// held every run back meanwhile and by this run's own cancel fault.
-	due := plan.SubmittedAt.Add(plan.Timeout + d.bounds.Terminal + min(plan.CancelFault, d.bounds.CancelConfirm))
-	due = extend(d.outages, plan.SubmittedAt, due, OutageNATS, OutageStoreFull, OutageCancel)
-	if after := endedAt.Sub(plan.SubmittedAt.Add(plan.Timeout)); !endedAt.IsZero() && after > rep.TerminalAfterTimeout {
+	// The terminal event, by the first start + timeout + the bound (the
+	// contract counts timeout_seconds from the first start: a run waits
+	// queued for a free slot or its key's cap first), moved on by what held
+	// every run back meanwhile and by this run's own cancel fault. A run
+	// that never started counts from its submit.
+	start := plan.SubmittedAt
+	if st != nil && st.StartedAt != nil {
+		start = *st.StartedAt
+	}
+	due := start.Add(plan.Timeout + d.bounds.Terminal + min(plan.CancelFault, d.bounds.CancelConfirm))
+	due = extend(d.outages, start, due, OutageNATS, OutageStoreFull, OutageCancel)
+	if after := endedAt.Sub(start.Add(plan.Timeout)); !endedAt.IsZero() && after > rep.TerminalAfterTimeout {
 		rep.TerminalAfterTimeout = after
-		rep.TerminalAfterTimeoutOf = fmt.Sprintf(": %s, allowed %s", id, due.Sub(plan.SubmittedAt.Add(plan.Timeout)).Round(time.Millisecond))
+		rep.TerminalAfterTimeoutOf = fmt.Sprintf(": %s, allowed %s", id, due.Sub(start.Add(plan.Timeout)).Round(time.Millisecond))
 	}
 	switch {
 	case endedAt.IsZero():
 		rep.LateTerminal++
-		problem("timeout %s: no terminal event (due %s after the submit)", plan.Timeout, due.Sub(plan.SubmittedAt).Round(time.Millisecond))
+		problem("timeout %s: no terminal event (due %s after the first start)", plan.Timeout, due.Sub(start).Round(time.Millisecond))
 	case endedAt.After(due):
 		rep.LateTerminal++
-		problem("timeout %s: terminal event stored %s after the submit, due within %s", plan.Timeout,
-			endedAt.Sub(plan.SubmittedAt).Round(time.Millisecond), due.Sub(plan.SubmittedAt).Round(time.Millisecond))
+		problem("timeout %s: terminal event stored %s after the first start, due within %s", plan.Timeout,
+			endedAt.Sub(start).Round(time.Millisecond), due.Sub(start).Round(time.Millisecond))
 	}
 	// The response, stopped upstream by the deadline + the bound if it was
 	// generating still. The deadline is the one the workers recorded, else

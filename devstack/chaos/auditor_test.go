@@ -144,9 +144,9 @@ func TestAuditorFindsBrokenPromises(t *testing.T) {
 }
 
 // The Auditor finds cancelled runs whose response ran on unreported, runs
-// whose terminal event came too long after their timeout, and responses
-// cancelled upstream too long after the deadline; outages extend the
-// bounds.
+// whose terminal event came too long after their timeout (counted from the
+// first start), and responses cancelled upstream too long after the
+// deadline; outages extend the bounds.
 func TestAuditorDeadlineRules(t *testing.T) {
 	t.Parallel()
 	_, nc := natsembed.RunTest(t)
@@ -243,6 +243,17 @@ func TestAuditorDeadlineRules(t *testing.T) {
 	if _, err := kv.Put(ctx, "lost", lostState); err != nil {
 		t.Fatal(err)
 	}
+	// Submitted 20s ago but first started 8s ago (it waited queued): its
+	// deadline counts from the start, so a terminal event now is in time.
+	a.Planned("queued-first", plan(long, 0))
+	firstStart, deadline := now.Add(-8*time.Second), now.Add(-3*time.Second)
+	emu.recs["queued-first"] = rec("cancelled", deadline.Add(time.Second), deadline.Add(time.Second))
+	pub("queued-first", started, cancelled("timeout", "cancelled", nil))
+	queuedState, _ := json.Marshal(events.RunState{RunID: "queued-first", Status: events.StatusCancelled, StartedAt: &firstStart,
+		Deadline: &deadline, Terminal: events.TypeRunCancelled})
+	if _, err := kv.Put(ctx, "queued-first", queuedState); err != nil {
+		t.Fatal(err)
+	}
 	a.Planned("finished-first", plan(now.Add(-time.Second), 0)) // completed before its deadline: no cancel needed
 	emu.recs["finished-first"] = rec("completed", now, time.Time{})
 	pub("finished-first", started, events.RunEvent{Type: events.TypeRunCompleted, ResponseID: "resp_1", Status: "completed"})
@@ -264,8 +275,8 @@ func TestAuditorDeadlineRules(t *testing.T) {
 	if rep.UnknownUpstream != 2 {
 		t.Errorf("upstream unknown %d, want 2", rep.UnknownUpstream)
 	}
-	if rep.RanOnUnreported != 4 || rep.LateTerminal != 2 || rep.LateUpstreamCancel != 2 || rep.WithTimeout != 9 {
-		t.Errorf("ran on unreported %d, late terminal %d, late upstream cancel %d, with a timeout %d; want 4, 2, 2, 9",
+	if rep.RanOnUnreported != 4 || rep.LateTerminal != 2 || rep.LateUpstreamCancel != 2 || rep.WithTimeout != 10 {
+		t.Errorf("ran on unreported %d, late terminal %d, late upstream cancel %d, with a timeout %d; want 4, 2, 2, 10",
 			rep.RanOnUnreported, rep.LateTerminal, rep.LateUpstreamCancel, rep.WithTimeout)
 	}
 	bad := map[string]bool{"ranon-hidden": true, "ranon-incomplete": true, "ranon-generating": true, "ranon-unconfirmed": true,

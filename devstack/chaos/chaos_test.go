@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +53,21 @@ const (
 	chaosStreamIdle    = 3 * time.Second  // --foundry-stream-idle-timeout
 )
 
+// The chaos run's scheduling: chaosRequest's runs go to three fairness
+// keys at three priorities, and flood submits bursts of short runs, mostly
+// low, to a fourth key. Each worker runs few runs at once, so that slots
+// are scarce during a burst and the priorities decide which runs wait;
+// two keys are capped, small enough that the caps bind (flood's in every
+// burst, tenant-b's when its runs bunch up).
+const (
+	chaosConcurrency = 4           // --concurrency of each worker
+	chaosStartOrder  = time.Second // the priority rule's tolerance: LanePoll (100ms) and a worker's round, on a loaded machine
+	chaosFloodBurst  = 24          // the fewest runs in one burst of the flood
+)
+
+// chaosCaps are the workers' --cap.
+var chaosCaps = map[string]int{"flood": 6, "tenant-b": 4}
+
 // chaosDrain bounds the wait for every run to end once the faults are
 // over: the longest run (a timeout, a cancel Foundry never confirms)
 // ends well within it.
@@ -73,16 +90,19 @@ var foundryqBin string
 // cut off from NATS (a black hole) past its lease while cancels arrive;
 // JetStream's store filled past the workers' store-full timeout, then
 // freed; upstream stalls (a silent stream, a response stuck queued); runs
-// with a short timeout_seconds whose stream would outlast it. Each kind of
-// fault comes once, in a random order (even if that outlasts the fault
-// period; a kind that did not run fails the test), then they come at
-// random while the period lasts. Then
-// every run is audited and the table printed; any lost or repeated token,
-// extra upstream response, run without a terminal event, token or tool
-// call after a cancel, malformed event stream, cancelled run whose
-// response ran on unreported, run whose terminal event came too long after
-// its timeout, or response cancelled upstream too long after its run's
-// deadline fails it.
+// with a short timeout_seconds whose stream would outlast it. The runs
+// carry three fairness keys and the three priorities, and a fourth key
+// floods the queue in bursts; the workers run few runs each, so that runs
+// wait for a slot, and two keys are capped. Each kind of fault comes once,
+// in a random order (even if that outlasts the fault period; a kind that
+// did not run fails the test), then they come at random while the period
+// lasts. Then every run is audited and the table printed; any lost or
+// repeated token, extra upstream response, run without a terminal event,
+// token or tool call after a cancel, malformed event stream, cancelled run
+// whose response ran on unreported, run whose terminal event came too long
+// after its timeout, response cancelled upstream too long after its run's
+// deadline, run started out of priority order beyond the bound, or capped
+// key with more runs running than its cap fails it.
 //
 //	FOUNDRYQ_CHAOS=short go test -race -count=1 -v -run Chaos ./devstack/chaos/
 func TestChaos(t *testing.T) {
@@ -110,7 +130,8 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := NewAuditor(js, s.Client.Names(), s.Emulator)
-	a.SetBounds(Bounds{Terminal: chaosAckWait + 5*time.Second, UpstreamCancel: 3 * time.Second, CancelConfirm: chaosCancelConfirm})
+	a.SetBounds(Bounds{Terminal: chaosAckWait + 5*time.Second, UpstreamCancel: 3 * time.Second, CancelConfirm: chaosCancelConfirm,
+		StartOrder: chaosStartOrder, PriorityAge: consumer.DefaultPriorityAge, Redelivery: chaosAckWait + 2*time.Second, Caps: chaosCaps})
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("FOUNDRYQ_CHAOS_SEED"); v != "" {
 		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
@@ -129,6 +150,7 @@ func TestChaos(t *testing.T) {
 		"--shutdown-timeout", "5s", "--cancel-audit-delay", "-1s", "--log-level", "warn",
 		"--cancel-confirm-timeout", chaosCancelConfirm.String(), "--queued-timeout", chaosQueued.String(),
 		"--store-full-timeout", chaosStoreFull.String(), "--foundry-stream-idle-timeout", chaosStreamIdle.String(),
+		"--concurrency", strconv.Itoa(chaosConcurrency), "--cap", capsFlag(chaosCaps),
 	}
 	fleet := &fleet{t: t, bin: foundryqBin, logDir: logDir, rng: rand.New(rand.NewPCG(seed, 3)),
 		url: s.NATS.ClientURL(), args: args, env: append(os.Environ(), "FOUNDRY_API_KEY="+apiKey)}
@@ -160,7 +182,13 @@ func TestChaos(t *testing.T) {
 	faultsEnd := time.Now().Add(mode.duration)
 	var faultsDone atomic.Bool // runs are submitted while faults are injected
 	interval := mode.duration / time.Duration(mode.minRuns+mode.minRuns/4)
-	submitted := 0
+	submitted, flooded := 0, 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// The last burst well before the end: the flood's cap drains it slowly.
+		flooded = flood(ctx, t, s.Client, a, rand.New(rand.NewPCG(seed, 4)), faultsEnd.Add(-10*time.Second))
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -214,8 +242,9 @@ func TestChaos(t *testing.T) {
 		time.Sleep(time.Duration(1000+fr.IntN(2000)) * time.Millisecond) // between faults
 	}
 	faultsDone.Store(true)
+	faultsOver := time.Now()
 	wg.Wait()
-	t.Logf("faults: %s; %d runs submitted", faults, submitted)
+	t.Logf("faults: %s; %d runs submitted, and %d of the flood", faults, submitted, flooded)
 	if ran := len(faults.ran); ran < faultKinds {
 		t.Errorf("%d of the %d fault kinds were injected (%s)", ran, faultKinds, faults)
 	}
@@ -225,6 +254,7 @@ func TestChaos(t *testing.T) {
 		t.Error(err)
 		diagnose(t, s, js, a)
 	}
+	t.Logf("every run ended %s after the faults", time.Since(faultsOver).Round(time.Second))
 	rep, err := a.Audit(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -271,8 +301,10 @@ func chaosRequest(id string, r *rand.Rand, long bool) (events.RunRequest, RunPla
 		md["emu_tool_ms"] = strconv.Itoa(100 + r.IntN(500))
 		tools = []json.RawMessage{json.RawMessage(`{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp"}`)}
 	}
-	req := events.RunRequest{RunID: id, Model: "gpt-chaos", Input: json.RawMessage(`"chaos"`), Metadata: md, Tools: tools}
-	plan := RunPlan{Asks: asks}
+	fair := chaosFairness(r)
+	req := events.RunRequest{RunID: id, Model: "gpt-chaos", Input: json.RawMessage(`"chaos"`), Metadata: md, Tools: tools,
+		FairnessKey: fair.Key, Priority: fair.Priority}
+	plan := RunPlan{Asks: asks, Fairness: fair}
 	generating := func(d time.Duration) { // a stream that lasts about d
 		md["emu_token_ms"] = "50"
 		md["emu_tokens"] = strconv.Itoa(int(d / (50 * time.Millisecond)))
@@ -300,6 +332,76 @@ func chaosRequest(id string, r *rand.Rand, long bool) (events.RunRequest, RunPla
 		md["emu_keepalive_ms"] = "1000" // a queued response is not a silent one
 	}
 	return req, plan
+}
+
+// chaosFairness draws a chaosRequest's fairness key (tenant-a half the
+// time, tenant-c 30%, tenant-b 20%) and priority (high 20%, normal 50%,
+// low 30%).
+func chaosFairness(r *rand.Rand) events.Fairness {
+	f := events.Fairness{Key: "tenant-a", Priority: events.PriorityNormal}
+	switch k := r.IntN(10); {
+	case k < 2:
+		f.Key = "tenant-b"
+	case k < 5:
+		f.Key = "tenant-c"
+	}
+	switch p := r.IntN(10); {
+	case p < 2:
+		f.Priority = events.PriorityHigh
+	case p < 5:
+		f.Priority = events.PriorityLow
+	}
+	return f
+}
+
+// flood submits bursts of the flooding key's runs, each burst at once and
+// larger than the key's cap, every 6-12 s until end; it returns how many
+// runs it submitted.
+func flood(ctx context.Context, t *testing.T, c *events.Client, a *Auditor, r *rand.Rand, end time.Time) int {
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-time.After(time.Duration(6000+r.IntN(6000)) * time.Millisecond):
+		}
+		if time.Now().After(end) {
+			return n
+		}
+		for range chaosFloodBurst + r.IntN(chaosFloodBurst/2) {
+			id := fmt.Sprintf("flood-%04d", n)
+			req, plan := floodRequest(id, r)
+			if err := submit(ctx, c, req); err != nil {
+				t.Errorf("submit %s: %v", id, err)
+				return n
+			}
+			plan.SubmittedAt = time.Now()
+			a.Planned(id, plan)
+			n++
+		}
+	}
+}
+
+// floodRequest is a run of the flood: plain, under a second upstream, low
+// priority (a quarter normal).
+func floodRequest(id string, r *rand.Rand) (events.RunRequest, RunPlan) {
+	fair := events.Fairness{Key: "flood", Priority: events.PriorityLow}
+	if r.IntN(4) == 0 {
+		fair.Priority = events.PriorityNormal
+	}
+	md := map[string]string{"emu_tokens": strconv.Itoa(5 + r.IntN(6)), "emu_token_ms": "100"}
+	req := events.RunRequest{RunID: id, Model: "gpt-chaos", Input: json.RawMessage(`"flood"`), Metadata: md,
+		FairnessKey: fair.Key, Priority: fair.Priority}
+	return req, RunPlan{Fairness: fair}
+}
+
+// capsFlag renders caps as --cap's KEY=N list.
+func capsFlag(caps map[string]int) string {
+	parts := make([]string, 0, len(caps))
+	for _, k := range slices.Sorted(maps.Keys(caps)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, caps[k]))
+	}
+	return strings.Join(parts, ",")
 }
 
 // cancelLater cancels runID after delay and tells the Auditor what the

@@ -3,13 +3,15 @@
 // text relayed is the text Foundry generated (no token lost, none
 // repeated), each run has at most one upstream response, no token or
 // tool call is generated after a cancel was acknowledged, a cancelled run
-// whose response ran on upstream says so (upstream_status), and a run
-// with a timeout ends, and its response is cancelled upstream, within a
-// bound of its deadline.
+// whose response ran on upstream says so (upstream_status), a run with a
+// timeout ends, and its response is cancelled upstream, within a bound of
+// its deadline, runs start in priority order (within a tolerance), and no
+// capped fairness key has more runs running than its cap.
 //
 // The Auditor reads what a test left behind (every event stored on the
-// events stream, the Foundry emulator's per-response records and counters)
-// and returns a Report, printed as a table. Two tests drive it:
+// events stream, the runs' state records, the Foundry emulator's
+// per-response records and counters) and returns a Report, printed as a
+// table. Two tests drive it:
 //
 //   - TestClusterLeaderLoss (runs by default): at least 100 streaming runs
 //     with two workers on a three-node JetStream cluster with R3 streams
@@ -22,7 +24,9 @@
 //     black-holing Proxy, NATS is restarted, its store is filled and
 //     freed, the emulator answers creates with 429 and 5xx, cuts streams,
 //     holds creates back, stalls, fails and hangs cancels, and clients
-//     cancel runs at random moments; some runs have a short timeout.
+//     cancel runs at random moments; some runs have a short timeout. The
+//     runs mix fairness keys and priorities, one key floods the queue in
+//     bursts, and two keys are capped.
 //     Without FOUNDRYQ_CHAOS it skips. TestCancelPastAFrozenWorker runs
 //     with it: a worker process frozen with SIGSTOP does not hold a
 //     cancel up.

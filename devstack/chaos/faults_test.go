@@ -81,13 +81,16 @@ func (f *faults) inject(ctx context.Context, k int, fl *fleet, r *rand.Rand) {
 		f.count["worker SIGKILL"]++
 		fl.kill()
 		fl.start()
+		f.a.Outage(OutageWorker, start, time.Now())
 	case 1:
 		f.count["worker SIGSTOP past the lease, SIGCONT"]++
 		fl.pause(chaosAckWait + time.Duration(500+r.IntN(2000))*time.Millisecond)
+		f.a.Outage(OutageWorker, start, time.Now())
 	case 2:
 		f.count["worker SIGTERM (hand-off)"]++
 		fl.term()
 		fl.start()
+		f.a.Outage(OutageWorker, start, time.Now())
 	case 3:
 		f.count["NATS restart"]++
 		from := time.Now()

@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -57,18 +59,35 @@ type Report struct {
 	RanOnUnreported int
 	// WithTimeout counts the runs submitted with a timeout_seconds the
 	// deadline rules check; LateTerminal those whose terminal event was not
-	// stored by submit + timeout + the bound; LateUpstreamCancel those whose
+	// stored by the first start + timeout + the bound; LateUpstreamCancel those whose
 	// response was still generating past the deadline + the bound without
 	// a cancel call.
 	WithTimeout, LateTerminal, LateUpstreamCancel int
 	// TerminalAfterTimeout is the longest a terminal event of a run with a
-	// timeout was stored after submit + timeout; CancelAfterDeadline the
+	// timeout was stored after its first start + timeout; CancelAfterDeadline the
 	// longest after a run's deadline that the first cancel call reached a
 	// response still generating then (the margins the two rules leave).
 	TerminalAfterTimeout, CancelAfterDeadline time.Duration
 	// TerminalAfterTimeoutOf names the run of TerminalAfterTimeout and what
-	// its bound allowed it (after submit + timeout).
+	// its bound allowed it (after the first start + timeout).
 	TerminalAfterTimeoutOf string
+	// FirstStartsJudged counts the runs the priority rule judges: started
+	// at their first delivery, not after a fault that may have hidden them
+	// (orderRule); FirstStartsBehind those of them started while a run of
+	// a higher priority waited in its lane, however briefly; OutOfOrder
+	// those started while one had waited longer than the tolerance
+	// (Bounds.StartOrder); LongestHigherWait the longest a run of a higher
+	// priority had waited at a judged start (the margin the rule leaves).
+	FirstStartsJudged, FirstStartsBehind, OutOfOrder int
+	LongestHigherWait                                time.Duration
+	// Caps are the concurrency caps checked, by fairness key; CapExceeded
+	// counts the times a run of a capped key started running while its key
+	// already had its cap of runs running; CapMost is the most runs of each
+	// capped key seen running at once; CapWaited counts the runs of capped
+	// keys handed back for their cap before they started.
+	Caps                   map[string]int
+	CapExceeded, CapWaited int
+	CapMost                map[string]int
 	// Problems names every run that broke a promise, and how.
 	Problems []string
 	// Failures names every failed run with its error code and message (a
@@ -80,7 +99,8 @@ type Report struct {
 func (r Report) OK() bool {
 	return r.LostTokens == 0 && r.DuplicateTokens == 0 && r.ExtraUpstreamResponses == 0 &&
 		r.NoTerminal == 0 && r.TokensAfterCancel+r.ToolCallsAfterCancel == 0 && r.Malformed == 0 &&
-		r.RanOnUnreported == 0 && r.LateTerminal == 0 && r.LateUpstreamCancel == 0 && len(r.Problems) == 0
+		r.RanOnUnreported == 0 && r.LateTerminal == 0 && r.LateUpstreamCancel == 0 && r.OutOfOrder == 0 &&
+		r.CapExceeded == 0 && len(r.Problems) == 0
 }
 
 // FailedTotal is the number of failed runs.
@@ -116,11 +136,28 @@ func (r Report) Table() string {
 		r.TokensAfterCancel+r.ToolCallsAfterCancel, r.TokensAfterCancel, r.ToolCallsAfterCancel))
 	row("malformed event streams", r.Malformed)
 	row("cancelled runs whose response ran on without being reported", r.RanOnUnreported)
-	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after submit + timeout%s)",
+	row("runs without a terminal event after the run timeout", fmt.Sprintf("%d (latest %s after first start + timeout%s)",
 		r.LateTerminal, r.TerminalAfterTimeout.Round(time.Millisecond), r.TerminalAfterTimeoutOf))
 	row("timed-out runs cancelled upstream late", fmt.Sprintf("%d (latest first cancel call %s after the deadline)",
 		r.LateUpstreamCancel, r.CancelAfterDeadline.Round(time.Millisecond)))
+	row("runs started out of priority order beyond the bound", fmt.Sprintf("%d (%d first starts judged, %d while a higher priority waited, at most %s)",
+		r.OutOfOrder, r.FirstStartsJudged, r.FirstStartsBehind, r.LongestHigherWait.Round(time.Millisecond)))
+	row("cap exceeded", fmt.Sprintf("%d (%s)", r.CapExceeded, r.capFigures()))
 	return b.String()
+}
+
+// capFigures renders the caps checked as "most running at once: k1 m1 of
+// c1, ...; n runs waited for a slot".
+func (r Report) capFigures() string {
+	if len(r.Caps) == 0 {
+		return "no cap"
+	}
+	keys := slices.Sorted(maps.Keys(r.Caps))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d of %d", k, r.CapMost[k], r.Caps[k])
+	}
+	return fmt.Sprintf("most running at once: %s; %d runs waited for a slot", strings.Join(parts, ", "), r.CapWaited)
 }
 
 // byKey renders m as " (k1 n1, k2 n2; extra)", keys sorted; "" if empty.
