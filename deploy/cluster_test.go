@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -234,23 +235,52 @@ func envValue(env []string, key string) string {
 	return ""
 }
 
-// freePorts returns n loopback ports free at the time of the call.
+// freePorts returns n loopback ports free at the time of the call, for
+// Compose to publish a moment later. They are drawn at random below the
+// kernel's ephemeral range (ip_local_port_range): a port the kernel hands
+// out for ":0" (another test's listener, Docker's proxy of a container
+// published on a random port) would be taken again between this check and
+// Compose's bind, as it once was ("bind: address already in use").
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
+	low := ephemeralLow(t)
 	var ports []int
 	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			t.Fatalf("no %d free loopback ports below %d", n, low)
+		}
+		port := 10000 + rand.IntN(low-10000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			t.Fatal(err)
+			continue // taken: draw another
 		}
 		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	for _, ln := range lns {
 		ln.Close()
 	}
 	return ports
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, 32768
+// where it cannot be read.
+func ephemeralLow(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) != 2 {
+		return 32768
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil || low <= 11000 {
+		t.Fatalf("ip_local_port_range %q: want a range starting above 11000", data)
+	}
+	return low
 }
 
 func (c *cluster) streams() []string {
