@@ -105,7 +105,7 @@ func (w *Worker) queuePosition(ctx context.Context, runID string) (events.QueueP
 	}
 	pos.Where, pos.SubmittedAt = events.WhereLane, &submitted
 	for f, c := range waiting {
-		if baseRank(f.Priority) < baseRank(lane.Priority) {
+		if f.Priority.Rank() < lane.Priority.Rank() {
 			pos.HigherWaiting += c.waiting
 		}
 	}

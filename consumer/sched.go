@@ -86,17 +86,6 @@ type waitingLane struct {
 	rank      int    // effective priority: 0 high, 1 normal, 2 low
 }
 
-func baseRank(p events.Priority) int {
-	switch p {
-	case events.PriorityHigh:
-		return 0
-	case events.PriorityLow:
-		return 2
-	default:
-		return 1
-	}
-}
-
 // laneProbeEvery is how often a worker looks for jobs to deliver again
 // in a lane that has none waiting but some in flight (below).
 const laneProbeEvery = 250 * time.Millisecond
@@ -123,7 +112,7 @@ func (s *scheduler) lanes(ctx context.Context) (waiting []waitingLane, inFlight 
 		switch {
 		case info.NumPending > 0:
 			out = append(out, waitingLane{lane: f, name: info.Name, waiting: int(info.NumPending),
-				delivered: info.Delivered.Stream, rank: baseRank(f.Priority)})
+				delivered: info.Delivered.Stream, rank: f.Priority.Rank()})
 		case info.NumAckPending > 0:
 			inFlight = append(inFlight, info.Name)
 		}

@@ -37,6 +37,19 @@ func (p Priority) Valid() bool {
 	return p == PriorityHigh || p == PriorityNormal || p == PriorityLow
 }
 
+// Rank orders priorities as workers take them: 0 high, 1 normal (and the
+// zero value), 2 low.
+func (p Priority) Rank() int {
+	switch p {
+	case PriorityHigh:
+		return 0
+	case PriorityLow:
+		return 2
+	default:
+		return 1
+	}
+}
+
 // ValidFairnessKey reports whether key matches [A-Za-z0-9_-]{1,64}, the
 // rule of run ids and tenant names: a key is always one NATS subject token
 // and a valid KV key.

@@ -78,18 +78,6 @@ func (r schedRun) waitingAt(t time.Time) bool {
 	return until.IsZero() || until.After(t)
 }
 
-// rank orders priorities as the workers do: 0 high, 1 normal, 2 low.
-func rank(p events.Priority) int {
-	switch p {
-	case events.PriorityHigh:
-		return 0
-	case events.PriorityLow:
-		return 2
-	default:
-		return 1
-	}
-}
-
 // orderRule checks that runs start in priority order. A run X started at
 // its first delivery (firstDelivery) is out of order when some run Y of a
 // higher priority had waited in its lane at X's start for longer than
@@ -176,7 +164,7 @@ func (o orderRule) audit(rep *Report, runs []schedRun) {
 		behind := false
 		var longest time.Duration
 		for _, y := range runs {
-			if rank(y.fair.Priority) >= rank(x.fair.Priority) || !y.waitingAt(x.started) || o.aged(runs, y, x.started) {
+			if y.fair.Priority.Rank() >= x.fair.Priority.Rank() || !y.waitingAt(x.started) || o.aged(runs, y, x.started) {
 				continue
 			}
 			behind = true
