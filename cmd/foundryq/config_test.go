@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/foundryq/foundryq/consumer"
+	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/foundry/foundrytest"
 )
@@ -49,6 +50,7 @@ func TestWorkerPrintConfig(t *testing.T) {
 		"--ack-wait":                    {"FOUNDRYQ_ACK_WAIT", "45s", "flag"}, // the flag over the environment
 		"--worker-id":                   {"FOUNDRYQ_WORKER_ID", "w-7", "flag"},
 		"--max-deliver":                 {"FOUNDRYQ_MAX_DELIVER", "10", "default"},
+		"--max-ack-pending":             {"FOUNDRYQ_MAX_ACK_PENDING", "10000", "default"},
 		"--state-ttl":                   {"FOUNDRYQ_STATE_TTL", "168h0m0s", "default"},
 		"--default-timeout":             {"FOUNDRYQ_DEFAULT_TIMEOUT", "1h0m0s", "default"}, // every run ends
 		"--cancel-confirm-timeout":      {"FOUNDRYQ_CANCEL_CONFIRM_TIMEOUT", "10m0s", "default"},
@@ -106,6 +108,8 @@ func TestWorkerSettingsValidated(t *testing.T) {
 		{name: "concurrency from env", env: map[string]string{"FOUNDRYQ_CONCURRENCY": "-3"}, want: []string{"--concurrency (FOUNDRYQ_CONCURRENCY) -3 from the environment: want an integer of at least 1"}},
 		{name: "replicas", args: []string{"--replicas", "6"}, want: []string{"--replicas (FOUNDRYQ_REPLICAS) 6", "want an integer from 1 to 5"}},
 		{name: "max deliver", args: []string{"--max-deliver", "0"}, want: []string{"--max-deliver (FOUNDRYQ_MAX_DELIVER) 0", "at least 1"}},
+		{name: "max ack pending 0", args: []string{"--max-ack-pending", "0"}, want: []string{"--max-ack-pending (FOUNDRYQ_MAX_ACK_PENDING) 0", "-1 (no limit) or an integer of at least 1"}},
+		{name: "max ack pending -2", args: []string{"--max-ack-pending", "-2"}, want: []string{"--max-ack-pending (FOUNDRYQ_MAX_ACK_PENDING) -2", "-1 (no limit)"}},
 		{name: "default timeout", args: []string{"--default-timeout", "-1s"}, want: []string{"--default-timeout (FOUNDRYQ_DEFAULT_TIMEOUT) -1s", "a duration of 0 (none) or more"}},
 		{name: "event interval 0", args: []string{"--event-interval", "0"}, want: []string{"--event-interval (FOUNDRYQ_EVENT_INTERVAL) 0s", "a positive duration up to 5s, or a negative one for off"}},
 		{name: "event interval too long", args: []string{"--event-interval", "6s"}, want: []string{"--event-interval", "up to 5s"}},
@@ -250,5 +254,38 @@ func TestWorkerStreamObfuscationSetting(t *testing.T) {
 				t.Fatalf("create body %s: asks for no obfuscation %t, want %t", body, asked, !c.want)
 			}
 		})
+	}
+}
+
+// --max-ack-pending (FOUNDRYQ_MAX_ACK_PENDING) reaches the provisioning:
+// the runs the whole fleet may run at once, which the job consumers hold
+// (each streaming run holds its job unacked). The scale phase of the bench
+// found that with no setting for it a fleet never ran more than 10,000 runs
+// at once, whatever its workers.
+func TestWorkerMaxAckPendingSetting(t *testing.T) {
+	names, err := events.NewNames("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, events.DefaultMaxAckPending},
+		{[]string{"--max-ack-pending", "50000"}, 50000},
+		{[]string{"--max-ack-pending", "-1"}, -1},
+	} {
+		f := newFlags("worker", "")
+		wf := addWorkerFlags(f, true)
+		if err := f.parse(c.args, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		cfg := wf.config("", nil)
+		if got := cfg.Provision.MaxAckPending; got != c.want {
+			t.Errorf("%v: Provision.MaxAckPending %d, want %d", c.args, got, c.want)
+		}
+		if got := events.LaneConsumerConfig(names, cfg.Provision, events.Fairness{Priority: events.PriorityNormal, Key: "k"}).MaxAckPending; got != c.want {
+			t.Errorf("%v: lane consumer MaxAckPending %d, want %d", c.args, got, c.want)
+		}
 	}
 }

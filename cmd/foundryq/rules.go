@@ -18,6 +18,11 @@ func atLeast(n int) rule[int] {
 	return rule[int]{func(v int) bool { return v >= n }, fmt.Sprintf("an integer of at least %d", n)}
 }
 
+// unlimitedOrAtLeast accepts -1 (no limit) or n and more.
+func unlimitedOrAtLeast(n int) rule[int] {
+	return rule[int]{func(v int) bool { return v == -1 || v >= n }, fmt.Sprintf("-1 (no limit) or an integer of at least %d", n)}
+}
+
 func between(lo, hi int) rule[int] {
 	return rule[int]{func(v int) bool { return v >= lo && v <= hi }, fmt.Sprintf("an integer from %d to %d", lo, hi)}
 }

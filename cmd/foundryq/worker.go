@@ -28,24 +28,24 @@ import (
 
 // workerFlags are the settings of a worker (shared by worker and dev).
 type workerFlags struct {
-	endpoint, apiKey, scope, agentField         *string
-	allowHTTP, h2c                              *bool
-	secretsDir, secretHosts                     *string
-	concurrency, maxDeliver, replicas           *int
-	metricKeys                                  *int
-	workerID                                    *string
-	defaultTimeout, cancelConfirm, shutdown     *time.Duration
-	queuedTimeout, storeFullTimeout, streamIdle *time.Duration
-	obfuscation                                 *bool
-	ackWait, eventsMaxAge, retryDelay, stateTTL *time.Duration
-	newerFieldsGrace                            *time.Duration
-	eventInterval, cancelAudit, foregroundPoll  *time.Duration
-	stuckAfter                                  *time.Duration
-	toolTimeout, toolCancelGrace                *time.Duration
-	toolTimeouts, toolIdempotent                *string
-	serveTools                                  *bool
-	limits                                      limitFlags
-	lanes                                       laneFlags // lanes_flags.go
+	endpoint, apiKey, scope, agentField              *string
+	allowHTTP, h2c                                   *bool
+	secretsDir, secretHosts                          *string
+	concurrency, maxDeliver, maxAckPending, replicas *int
+	metricKeys                                       *int
+	workerID                                         *string
+	defaultTimeout, cancelConfirm, shutdown          *time.Duration
+	queuedTimeout, storeFullTimeout, streamIdle      *time.Duration
+	obfuscation                                      *bool
+	ackWait, eventsMaxAge, retryDelay, stateTTL      *time.Duration
+	newerFieldsGrace                                 *time.Duration
+	eventInterval, cancelAudit, foregroundPoll       *time.Duration
+	stuckAfter                                       *time.Duration
+	toolTimeout, toolCancelGrace                     *time.Duration
+	toolTimeouts, toolIdempotent                     *string
+	serveTools                                       *bool
+	limits                                           limitFlags
+	lanes                                            laneFlags // lanes_flags.go
 }
 
 func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
@@ -76,6 +76,7 @@ func addWorkerFlags(f *flags, withEndpoint bool) workerFlags {
 	w.newerFieldsGrace = f.Duration("newer-fields-grace", "FOUNDRYQ_NEWER_FIELDS_GRACE", 10*time.Minute, "how long after its submit a run request whose only fault is fields this worker does not know (a newer version's) is handed back for a newer worker, before it fails invalid_request (negative: fails at once)", positiveOrOff(0))
 	w.ackWait = f.Duration("ack-wait", "FOUNDRYQ_ACK_WAIT", 30*time.Second, "job lease: redelivery after a worker vanishes", durAtLeast(time.Second))
 	w.maxDeliver = f.Int("max-deliver", "FOUNDRYQ_MAX_DELIVER", 10, "failed attempts a run may use before it ends run.failed (hand-offs and lease renewals do not count)", atLeast(1))
+	w.maxAckPending = f.Int("max-ack-pending", "FOUNDRYQ_MAX_ACK_PENDING", events.DefaultMaxAckPending, "runs the whole fleet may run at once: the jobs its consumers let be in flight (a run holds its job until it ends; a run that waits for answers holds none); -1: no limit", unlimitedOrAtLeast(1))
 	w.eventsMaxAge = f.Duration("events-max-age", "FOUNDRYQ_EVENTS_MAX_AGE", 24*time.Hour, "how long run events are kept", durAtLeast(time.Second))
 	w.stateTTL = f.Duration("state-ttl", "FOUNDRYQ_STATE_TTL", 7*24*time.Hour, "how long run state records are kept", durAtLeast(time.Second))
 	f.checkAfter("state-ttl", func() bool { return *w.stateTTL >= *w.eventsMaxAge }, func() string {
@@ -169,11 +170,12 @@ func (w workerFlags) config(prefix string, log *zerolog.Logger) consumer.Config 
 		Weights:               checked(parseWeights(*w.lanes.weights)),
 		Logger:                log,
 		Provision: consumer.ProvisionConfig{
-			Replicas:     *w.replicas,
-			EventsMaxAge: *w.eventsMaxAge,
-			AckWait:      *w.ackWait,
-			MaxDeliver:   *w.maxDeliver,
-			StateTTL:     *w.stateTTL,
+			Replicas:      *w.replicas,
+			EventsMaxAge:  *w.eventsMaxAge,
+			AckWait:       *w.ackWait,
+			MaxDeliver:    *w.maxDeliver,
+			MaxAckPending: *w.maxAckPending,
+			StateTTL:      *w.stateTTL,
 		},
 	}
 	w.limits.apply(&cfg)

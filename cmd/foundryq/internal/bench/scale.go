@@ -196,10 +196,12 @@ func (b *bench) scaleAt(ctx context.Context, ss *scaleSystem, n int) (ScalePoint
 	b.progress("scale: %d workers (concurrency %d each, replicas %d) for %d runs streaming a token every %s", c.ScaleWorkers, per, scaleReplicas, n, c.ScaleTokenDelay)
 	for i := range c.ScaleWorkers {
 		// One after the other: the first provisions the streams and the
-		// bucket with replicas 3, the others find them.
+		// bucket with replicas 3, the others find them. The fleet may run
+		// all its slots at once (past 10,000 runs the default would queue
+		// the rest).
 		id := fmt.Sprintf("scale-%d", i+1)
 		w, metrics, err := b.sys.startWorkerProcess(ctx, "worker "+id, workerOptions{natsURL: ss.cluster.ClientURLs(), id: id,
-			concurrency: per, interval: c.EventInterval, transport: c.transport(), replicas: scaleReplicas})
+			concurrency: per, interval: c.EventInterval, transport: c.transport(), replicas: scaleReplicas, maxAckPending: per * c.ScaleWorkers})
 		if err != nil {
 			return pt, err
 		}

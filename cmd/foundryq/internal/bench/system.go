@@ -232,12 +232,13 @@ func (s *system) startWorkerOver(ctx context.Context, interval time.Duration, tr
 
 // workerOptions say how startWorkerProcess starts a worker.
 type workerOptions struct {
-	natsURL     string // one URL, or a cluster's, comma-separated
-	id          string // --worker-id
-	concurrency int
-	interval    time.Duration // --event-interval; 0 or less: off
-	transport   string        // how it reaches the emulator
-	replicas    int           // --replicas; 0: the worker's default (1)
+	natsURL       string // one URL, or a cluster's, comma-separated
+	id            string // --worker-id
+	concurrency   int
+	interval      time.Duration // --event-interval; 0 or less: off
+	transport     string        // how it reaches the emulator
+	replicas      int           // --replicas; 0: the worker's default (1)
+	maxAckPending int           // --max-ack-pending; 0: the worker's default (10,000 runs at once in the fleet)
 }
 
 // startWorkerProcess starts a worker as the process called name and waits
@@ -267,6 +268,9 @@ func (s *system) startWorkerProcess(ctx context.Context, name string, o workerOp
 	}
 	if o.replicas > 0 {
 		args = append(args, "--replicas", strconv.Itoa(o.replicas))
+	}
+	if o.maxAckPending != 0 {
+		args = append(args, "--max-ack-pending", strconv.Itoa(o.maxAckPending))
 	}
 	p, err := startProcess(name, s.cfg.Binary, s.env, args...)
 	if err != nil {
