@@ -39,94 +39,122 @@ const opState = "state"
 // run's record names) and relays its events until Foundry reports an end,
 // ctx ends, or the response cannot be reached. Terminal events are
 // returned, never relayed: the run decides the one terminal event.
-func (r *run) read(ctx context.Context, req events.RunRequest, pos position) outcome {
-	last := pos.UpstreamSeq
-	st := r.lastState()
-	var s *foundry.Stream
-	if id := st.ResponseID; id != "" {
-		seen := time.Now()
-		if st.CreateStartedAt != nil {
-			seen = *st.CreateStartedAt
-		}
-		r.setResponseID(id, seen)
-		r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
-		r.logger().Info().Int64("after", last).Msg("re-attaching to the run's response")
-		var err error
-		s, err = r.resume(ctx, id, last)
-		if err != nil {
-			if ctx.Err() != nil {
-				return outcome{err: context.Cause(ctx), op: "resume", upstreamSeq: -1}
-			}
-			r.w.m.runsStarted.WithLabelValues("polled").Inc()
-			return r.cannotResume(ctx, id, err)
-		}
-		r.w.m.runsStarted.WithLabelValues("resumed").Inc()
-	} else {
-		var out outcome
-		if s, out = r.create(ctx, req); s == nil {
-			return out
-		}
-		last = -1 // a new response (a later step's): its events from the first
+//
+// The run's goroutine spends the response's life parked in relayStream,
+// under read, drive, execute and handle: each keeps its frame small, the
+// work before and after the stream done in functions of their own, so that
+// the parked goroutine uses under a quarter of an 8 KiB stack and the
+// collector shrinks its stack to that (it halves a stack only then). With
+// one large frame more on that path a streaming run holds a 16 KiB stack.
+func (r *run) read(ctx context.Context, pos position) outcome {
+	s, last, out := r.open(ctx, pos)
+	if s == nil {
+		return out
 	}
-	var stall struct {
-		count int   // idle timeouts in a row with no upstream event between them
-		at    int64 // the upstream sequence number at the last one
-	}
+	var stall stallWatch
 	for breaks := 1; ; breaks++ {
 		out, ended := r.relayStream(s, &last)
 		_ = s.Close()
 		if ended {
 			return out
 		}
-		if ctx.Err() != nil {
-			return outcome{err: context.Cause(ctx), upstreamSeq: -1}
-		}
-		id := r.currentResponseID()
-		if id == "" {
-			// The stream ended before response.created: a response may exist
-			// whose id we will never learn.
-			return outcome{err: fmt.Errorf("stream ended before the response id was known: %w", out.err), op: "create", lost: true, upstreamSeq: -1}
-		}
-		if r.isForeground() {
-			// Not a background response: it cannot be re-attached to.
-			return r.cannotResume(ctx, id, fmt.Errorf("%w: %w", foundry.ErrStreamingNotEnabled, out.err))
-		}
-		// A stream also ends without a terminal event when the response was
-		// cancelled by someone else, and an error event does not say whether
-		// the response goes on; a stream that keeps breaking is not worth
-		// re-attaching to. All are settled by asking Foundry, then polling.
-		resp, err := r.w.up.Get(ctx, id)
-		if (err == nil && resp.Terminal()) || breaks > maxStreamBreaks {
-			r.logger().Info().Err(out.err).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
-			return r.poll(ctx, id, 0)
-		}
-		if errors.Is(out.err, foundry.ErrStreamIdle) {
-			// Silent, not even a keepalive: re-attach once; silent again
-			// with no progress meanwhile, and the run gives it up.
-			if last != stall.at {
-				stall.count = 0
-			}
-			stall.count++
-			stall.at = last
-			r.markStalled(true)
-			if stall.count > 1 {
-				status := "unknown"
-				if err == nil {
-					status = resp.Status
-				}
-				return outcome{err: fmt.Errorf("%w: %w, again after re-attaching, while Foundry reports it %s", errUpstreamStalled, out.err, status), op: "resume", upstreamSeq: -1}
-			}
-			r.logger().Warn().Err(out.err).Msg("upstream stream silent; re-reading the response and re-attaching once")
-		} else {
-			r.logger().Info().Err(out.err).Int64("after", last).Msg("upstream stream broke; re-attaching")
-		}
-		if s, err = r.resume(ctx, id, last); err != nil {
-			if ctx.Err() != nil {
-				return outcome{err: context.Cause(ctx), upstreamSeq: -1}
-			}
-			return r.cannotResume(ctx, id, err)
+		if s, out = r.reattach(ctx, out.err, last, breaks, &stall); s == nil {
+			return out
 		}
 	}
+}
+
+// open starts the run's response upstream, or re-attaches to the one its
+// record names; last is the upstream sequence number relayed last. With a
+// nil stream, out says why it did not start.
+func (r *run) open(ctx context.Context, pos position) (s *foundry.Stream, last int64, out outcome) {
+	st := r.lastState()
+	id := st.ResponseID
+	if id == "" {
+		// A new response (a later step's): its events from the first.
+		s, out = r.create(ctx, r.req)
+		return s, -1, out
+	}
+	last = pos.UpstreamSeq
+	seen := time.Now()
+	if st.CreateStartedAt != nil {
+		seen = *st.CreateStartedAt
+	}
+	r.setResponseID(id, seen)
+	r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
+	r.logger().Info().Int64("after", last).Msg("re-attaching to the run's response")
+	s, err := r.resume(ctx, id, last)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, last, outcome{err: context.Cause(ctx), op: "resume", upstreamSeq: -1}
+		}
+		r.w.m.runsStarted.WithLabelValues("polled").Inc()
+		return nil, last, r.cannotResume(ctx, id, err)
+	}
+	r.w.m.runsStarted.WithLabelValues("resumed").Inc()
+	return s, last, outcome{}
+}
+
+// stallWatch counts a response's idle timeouts in a row with no upstream
+// event between them.
+type stallWatch struct {
+	count int
+	at    int64 // the upstream sequence number at the last one
+}
+
+// reattach settles a stream that stopped without an end (err says why)
+// after breaks streams: it re-attaches to the response after last, or,
+// with a nil stream, out says how the run's reading ends.
+func (r *run) reattach(ctx context.Context, streamErr error, last int64, breaks int, stall *stallWatch) (s *foundry.Stream, out outcome) {
+	if ctx.Err() != nil {
+		return nil, outcome{err: context.Cause(ctx), upstreamSeq: -1}
+	}
+	id := r.currentResponseID()
+	if id == "" {
+		// The stream ended before response.created: a response may exist
+		// whose id we will never learn.
+		return nil, outcome{err: fmt.Errorf("stream ended before the response id was known: %w", streamErr), op: "create", lost: true, upstreamSeq: -1}
+	}
+	if r.isForeground() {
+		// Not a background response: it cannot be re-attached to.
+		return nil, r.cannotResume(ctx, id, fmt.Errorf("%w: %w", foundry.ErrStreamingNotEnabled, streamErr))
+	}
+	// A stream also ends without a terminal event when the response was
+	// cancelled by someone else, and an error event does not say whether
+	// the response goes on; a stream that keeps breaking is not worth
+	// re-attaching to. All are settled by asking Foundry, then polling.
+	resp, err := r.w.up.Get(ctx, id)
+	if (err == nil && resp.Terminal()) || breaks > maxStreamBreaks {
+		r.logger().Info().Err(streamErr).Int("breaks", breaks).Msg("upstream stream ended without a terminal event; polling the response")
+		return nil, r.poll(ctx, id, 0)
+	}
+	if errors.Is(streamErr, foundry.ErrStreamIdle) {
+		// Silent, not even a keepalive: re-attach once; silent again
+		// with no progress meanwhile, and the run gives it up.
+		if last != stall.at {
+			stall.count = 0
+		}
+		stall.count++
+		stall.at = last
+		r.markStalled(true)
+		if stall.count > 1 {
+			status := "unknown"
+			if err == nil {
+				status = resp.Status
+			}
+			return nil, outcome{err: fmt.Errorf("%w: %w, again after re-attaching, while Foundry reports it %s", errUpstreamStalled, streamErr, status), op: "resume", upstreamSeq: -1}
+		}
+		r.logger().Warn().Err(streamErr).Msg("upstream stream silent; re-reading the response and re-attaching once")
+	} else {
+		r.logger().Info().Err(streamErr).Int64("after", last).Msg("upstream stream broke; re-attaching")
+	}
+	if s, err = r.resume(ctx, id, last); err != nil {
+		if ctx.Err() != nil {
+			return nil, outcome{err: context.Cause(ctx), upstreamSeq: -1}
+		}
+		return nil, r.cannotResume(ctx, id, err)
+	}
+	return s, outcome{}
 }
 
 // create starts the run's one upstream response. "Create started" is
@@ -366,11 +394,7 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 			}
 		}
 		if st.emit != nil {
-			if st.emit.Type == events.TypeTextDelta && !r.createAt.IsZero() && !r.firstText {
-				r.firstText = true
-				r.w.m.firstTokenSeconds.Observe(time.Since(r.createAt).Seconds())
-			}
-			r.rel.add(*st.emit, seq)
+			r.emit(st.emit, seq)
 		}
 		if st.end != nil {
 			return endOutcome(st.end, seq, s.RequestID()), true
@@ -384,6 +408,16 @@ func (r *run) relayStream(s *foundry.Stream, last *int64) (out outcome, ended bo
 		err = errors.New("stream ended without a terminal event")
 	}
 	return outcome{err: err, upstreamSeq: -1}, false
+}
+
+// emit relays an event of the response (relayStream): the copy of the
+// event it hands the relay is made in this frame, not in the stream's.
+func (r *run) emit(ev *events.RunEvent, upstreamSeq int64) {
+	if ev.Type == events.TypeTextDelta && !r.createAt.IsZero() && !r.firstText {
+		r.firstText = true
+		r.w.m.firstTokenSeconds.Observe(time.Since(r.createAt).Seconds())
+	}
+	r.rel.add(*ev, upstreamSeq)
 }
 
 // watchQueued bounds the time Foundry keeps the response queued: the

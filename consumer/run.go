@@ -20,43 +20,14 @@ import (
 	"github.com/foundryq/foundryq/events"
 )
 
-// handle owns one job until it ends.
+// handle owns one job until it ends. Its frame stays small: the run's
+// goroutine parks under it while the run streams (read).
 func (w *Worker) handle(msg jetstream.Msg) {
-	lane := w.laneLabels(w.jobLane(msg))
-	attempt := 1
-	var submitted time.Time
-	if meta, err := msg.Metadata(); err == nil {
-		attempt = int(meta.NumDelivered)
-		submitted = meta.Timestamp
-		if attempt == 1 {
-			w.m.queueSeconds.WithLabelValues(lane...).Observe(max(time.Since(submitted).Seconds(), 0))
-		}
-	}
-	runID, ok := w.names.RunIDFromSubject(msg.Subject())
-	r := w.newRun(msg, runID, attempt, submitted)
+	r, lane, valid := w.jobRun(msg)
 	defer r.span.End()
 	defer r.abort()
 	defer r.stop(nil)
-	if !ok {
-		r.logger().Warn().Str("subject", msg.Subject()).Msg("job on a subject that names no valid run id; dead-lettered")
-		r.end(ending{dead: &deadNote{events.CodeInvalidRequest, "subject " + msg.Subject() + " does not name a valid run id"},
-			job: term, reason: "invalid run id"})
-		return
-	}
-	if other, ok := w.register(r); !ok {
-		if sameJob(other.msg, msg) {
-			// The lease of our delivery lapsed while we still run it;
-			// the server gives the job out again. Ignore this delivery:
-			// our run goes on and renews the lease.
-			r.logger().Warn().Msg("job delivered again while this worker still owns the run; ignoring the new delivery")
-			return
-		}
-		// A new job for the run id (a resubmit) while this worker is
-		// still finishing the run it acked a moment ago: give it back for
-		// a moment, to be judged against the run's state once ours is
-		// gone. Ignoring it would hold it for a whole ack wait.
-		r.logger().Info().Msg("new job for a run this worker is still finishing; retried shortly")
-		r.end(retryAfter(w.cfg.RetryDelay))
+	if !w.admit(r, valid) {
 		return
 	}
 	defer w.unregister(r)
@@ -72,6 +43,53 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	r.execute()
 }
 
+// jobRun makes the run of a job, and names its lane; valid is false when
+// the job's subject names no valid run id.
+func (w *Worker) jobRun(msg jetstream.Msg) (r *run, lane []string, valid bool) {
+	lane = w.laneLabels(w.jobLane(msg))
+	attempt := 1
+	var submitted time.Time
+	if meta, err := msg.Metadata(); err == nil {
+		attempt = int(meta.NumDelivered)
+		submitted = meta.Timestamp
+		if attempt == 1 {
+			w.m.queueSeconds.WithLabelValues(lane...).Observe(max(time.Since(submitted).Seconds(), 0))
+		}
+	}
+	runID, valid := w.names.RunIDFromSubject(msg.Subject())
+	return w.newRun(msg, runID, attempt, submitted), lane, valid
+}
+
+// admit registers the run as this worker's; false when the job names no
+// valid run (valid) or the worker already runs the run, and the job is
+// settled.
+func (w *Worker) admit(r *run, valid bool) bool {
+	if !valid {
+		r.logger().Warn().Str("subject", r.msg.Subject()).Msg("job on a subject that names no valid run id; dead-lettered")
+		r.end(ending{dead: &deadNote{events.CodeInvalidRequest, "subject " + r.msg.Subject() + " does not name a valid run id"},
+			job: term, reason: "invalid run id"})
+		return false
+	}
+	other, ok := w.register(r)
+	if ok {
+		return true
+	}
+	if sameJob(other.msg, r.msg) {
+		// The lease of our delivery lapsed while we still run it;
+		// the server gives the job out again. Ignore this delivery:
+		// our run goes on and renews the lease.
+		r.logger().Warn().Msg("job delivered again while this worker still owns the run; ignoring the new delivery")
+		return false
+	}
+	// A new job for the run id (a resubmit) while this worker is
+	// still finishing the run it acked a moment ago: give it back for
+	// a moment, to be judged against the run's state once ours is
+	// gone. Ignoring it would hold it for a whole ack wait.
+	r.logger().Info().Msg("new job for a run this worker is still finishing; retried shortly")
+	r.end(retryAfter(w.cfg.RetryDelay))
+	return false
+}
+
 // jobLane is the lane of a job: named by its subject in the queue, or,
 // for a job taken first in, first out (FIFO), read from its request.
 func (w *Worker) jobLane(msg jetstream.Msg) events.Fairness {
@@ -83,12 +101,43 @@ func (w *Worker) jobLane(msg jetstream.Msg) events.Fairness {
 	return w.laneOf(msg)
 }
 
+// execute runs the job's run: take, then drive. Its frame stays small:
+// the run's goroutine parks under it while the run streams (read).
 func (r *run) execute() {
+	pos, got := r.take()
+	if got >= holdsLimits {
+		defer r.releaseLimits()
+		defer r.countKeyTokens()
+	}
+	if got >= relaying {
+		defer r.stopRelay()
+	}
+	if got < streaming {
+		return
+	}
+	timers := r.armTimers()
+	defer timers.stop()
+	r.drive(pos)
+}
+
+// stage is how far take got, and so what execute releases at the end.
+type stage int
+
+const (
+	notTaken    stage = iota // the run ended, or waits for a fleet-wide limit: nothing held
+	holdsLimits              // the run holds its limits and ended
+	relaying                 // and its relay runs
+	streaming                // and it goes on upstream (drive)
+)
+
+// take claims the run in its record and starts its relay, or ends the run
+// when it cannot or need not go on upstream; pos is its subject's tail.
+func (r *run) take() (pos position, got stage) {
 	w := r.w
 	pos, err := w.tail(r.hard, r.id)
 	if err != nil {
 		r.endRetryLater("read the run's last event", err)
-		return
+		return pos, notTaken
 	}
 	req, decodeErr := events.DecodeRunMsg(r.msg.Subject(), r.msg.Data(), w.names)
 	digest := rawDigest(r.msg.Data())
@@ -100,59 +149,56 @@ func (r *run) execute() {
 	if decodeErr != nil {
 		var handedBack bool
 		if handedBack, decodeErr = r.handBackNewer(decodeErr); handedBack {
-			return
+			return pos, notTaken
 		}
 	}
 
 	r.req = req
 	answered := r.stepAnswered()
 	if decodeErr == nil && r.gate(req, digest, fair, answered) {
-		return // waits for a fleet-wide limit (caps.go)
+		return pos, notTaken // waits for a fleet-wide limit (caps.go)
 	}
-	defer r.releaseLimits()
-	defer r.countKeyTokens()
 	st, err := r.claim(digest, fair, w.runTimeout(req), answered)
 	switch {
 	case errors.Is(err, errStillWaiting):
 		r.logger().Info().Msg("the run waits for answers; its job is done until they are in")
 		r.end(ending{repair: &recorded{st: st, pos: pos, paused: true}, job: ack})
 		r.w.wakeIfAnswered(r.hard, r.id)
-		return
+		return pos, holdsLimits
 	case errors.Is(err, errFinished):
 		r.logger().Info().Str("status", string(st.Status)).Msg("run already finished; acking the job")
 		r.end(ending{repair: &recorded{st: st, pos: pos}, job: ack})
-		return
+		return pos, holdsLimits
 	case errors.Is(err, errReused):
 		r.endReused(st)
-		return
+		return pos, holdsLimits
 	case errors.Is(err, errNewerSchema):
 		r.logger().Warn().Err(err).Msg("the run's state was written by a newer worker; leaving the run to it")
 		r.end(retryAfter(10 * time.Second))
-		return
+		return pos, holdsLimits
 	case errors.Is(err, events.ErrStateCorrupt):
 		r.startRelay(pos)
 		r.endCorrupt(err)
-		return
+		return pos, holdsLimits
 	case err != nil:
 		r.endRetryLater("claim the run in the state bucket", err)
-		return
+		return pos, holdsLimits
 	}
 
 	r.startRelay(pos)
-	defer r.stopRelay()
-	taken := r.logger().Info().Int("failures", st.Failures)
+	note := r.logger().Info().Int("failures", st.Failures)
 	if !r.submitted.IsZero() {
-		taken = taken.Dur("since_submit", r.taken.Sub(r.submitted))
+		note = note.Dur("since_submit", r.taken.Sub(r.submitted))
 	}
-	taken.Msg("run taken")
+	note.Msg("run taken")
 
 	switch {
 	case decodeErr != nil:
 		r.endInvalid(decodeErr)
-		return
+		return pos, relaying
 	case budgetSpent(st, w.maxFailures()):
 		r.endBudgetSpent()
-		return
+		return pos, relaying
 	}
 	if cancel := r.pendingCancel(st); cancel != nil {
 		if st.ResponseID == "" && st.CreateStartedAt == nil {
@@ -161,17 +207,14 @@ func (r *run) execute() {
 			r.logger().Info().Str("reason", cancel.Reason).Int("steps", len(st.Steps)).
 				Msg("cancel recorded before the run's next response was created; Foundry is not called")
 			r.endCancelled(cancel.Reason, stopped{how: reachNone})
-			return
+			return pos, relaying
 		}
 		r.stop(causeOf(cancel.Reason))
 	}
 	if st.ResponseID == "" && st.CreateStartedAt != nil && !r.findResponse(pos) {
-		return
+		return pos, relaying
 	}
-
-	timers := r.armTimers(req)
-	defer timers.stop()
-	r.drive(req, pos)
+	return pos, streaming
 }
 
 // handBackNewer gives back the job of a request whose only fault is
@@ -206,23 +249,17 @@ func (r *run) handBackNewer(decodeErr error) (bool, error) {
 // ownership, a refused publish: r.ctx ends) is handled on a goroutine
 // started only when it happens, while the reader goes on. A run streaming
 // undisturbed holds one goroutine here, not two.
-func (r *run) drive(req events.RunRequest, pos position) {
+//
+// Its frame stays small: the run's goroutine parks under it while the run
+// streams (read).
+func (r *run) drive(pos position) {
 	upCtx, upStopCause := context.WithCancelCause(r.hard)
 	upStop := func() { upStopCause(nil) }
 	defer upStop()
 	r.upStop = upStopCause
 	readerDone := make(chan outcome, 1)
 	if r.ctx.Err() != nil {
-		// Stopped before it reached Foundry this time (a cancel on record
-		// for a response a previous owner started): nothing to read.
-		if id := r.lastState().ResponseID; id != "" {
-			r.setResponseID(id, time.Now())
-			// Announced as a re-attach is: the publish fences out a
-			// previous owner that may still be storing events.
-			r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
-		}
-		readerDone <- outcome{noResponse: r.currentResponseID() == "", upstreamSeq: -1}
-		r.interrupt(readerDone, upStop)
+		r.stoppedBeforeRead(readerDone, upStop)
 		return
 	}
 	interrupted := make(chan struct{})
@@ -235,7 +272,7 @@ func (r *run) drive(req events.RunRequest, pos position) {
 			r.interrupt(readerDone, upStop)
 		}
 	})
-	out := r.read(upCtx, req, pos)
+	out := r.read(upCtx, pos)
 	if r.queued != nil {
 		r.queued.Stop()
 	}
@@ -255,6 +292,20 @@ func (r *run) drive(req events.RunRequest, pos position) {
 	}
 	readerDone <- out
 	<-interrupted
+}
+
+// stoppedBeforeRead ends a run stopped before it reached Foundry this time
+// (a cancel on record for a response a previous owner started): nothing
+// is read.
+func (r *run) stoppedBeforeRead(readerDone chan outcome, upStop context.CancelFunc) {
+	if id := r.lastState().ResponseID; id != "" {
+		r.setResponseID(id, time.Now())
+		// Announced as a re-attach is: the publish fences out a
+		// previous owner that may still be storing events.
+		r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
+	}
+	readerDone <- outcome{noResponse: r.currentResponseID() == "", upstreamSeq: -1}
+	r.interrupt(readerDone, upStop)
 }
 
 // interrupt ends a run whose context ended while its reader runs, as the

@@ -44,11 +44,12 @@ func (t runTimers) stop() {
 // abandoned. The heartbeat clock pauses while this worker is disconnected
 // from NATS (it could not hear heartbeats then) and starts afresh when it
 // reconnects.
-func (r *run) armTimers(req events.RunRequest) runTimers {
+func (r *run) armTimers() runTimers {
+	req := &r.req
 	var t runTimers
 	if d := r.lastState().Deadline; d != nil {
 		t.deadline = time.AfterFunc(time.Until(*d), func() { r.stop(ErrRunTimeout) })
-	} else if timeout := r.w.runTimeout(req); timeout > 0 {
+	} else if timeout := r.w.runTimeout(*req); timeout > 0 {
 		t.deadline = time.AfterFunc(timeout, func() { r.stop(ErrRunTimeout) })
 	}
 	if req.CancelOnDisconnectSeconds > 0 {
