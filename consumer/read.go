@@ -80,8 +80,7 @@ func (r *run) open(ctx context.Context, pos position) (s *foundry.Stream, last i
 	if st.CreateStartedAt != nil {
 		seen = *st.CreateStartedAt
 	}
-	r.setResponseID(id, seen)
-	r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
+	r.reattached(id, seen)
 	r.logger().Info().Int64("after", last).Msg("re-attaching to the run's response")
 	s, err := r.resume(ctx, id, last)
 	if err != nil {
@@ -95,6 +94,14 @@ func (r *run) open(ctx context.Context, pos position) (s *foundry.Stream, last i
 	return s, last, outcome{}
 }
 
+// reattached takes up the response id the run's record names, seen at
+// seen, and announces it with run.started as a re-attach: the publish
+// fences out a previous owner that may still be storing events.
+func (r *run) reattached(id string, seen time.Time) {
+	r.setResponseID(id, seen)
+	r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
+}
+
 // stallWatch counts a response's idle timeouts in a row with no upstream
 // event between them.
 type stallWatch struct {
@@ -102,9 +109,9 @@ type stallWatch struct {
 	at    int64 // the upstream sequence number at the last one
 }
 
-// reattach settles a stream that stopped without an end (err says why)
-// after breaks streams: it re-attaches to the response after last, or,
-// with a nil stream, out says how the run's reading ends.
+// reattach settles a stream that stopped without an end (streamErr says
+// why) after breaks streams: it re-attaches to the response after last,
+// or, with a nil stream, out says how the run's reading ends.
 func (r *run) reattach(ctx context.Context, streamErr error, last int64, breaks int, stall *stallWatch) (s *foundry.Stream, out outcome) {
 	if ctx.Err() != nil {
 		return nil, outcome{err: context.Cause(ctx), upstreamSeq: -1}

@@ -299,10 +299,7 @@ func (r *run) drive(pos position) {
 // is read.
 func (r *run) stoppedBeforeRead(readerDone chan outcome, upStop context.CancelFunc) {
 	if id := r.lastState().ResponseID; id != "" {
-		r.setResponseID(id, time.Now())
-		// Announced as a re-attach is: the publish fences out a
-		// previous owner that may still be storing events.
-		r.rel.add(events.RunEvent{Type: events.TypeRunStarted, ResponseID: id, Attempt: r.owner.attempt, Worker: r.w.cfg.WorkerID}, -1)
+		r.reattached(id, time.Now())
 	}
 	readerDone <- outcome{noResponse: r.currentResponseID() == "", upstreamSeq: -1}
 	r.interrupt(readerDone, upStop)
