@@ -386,9 +386,7 @@ func (w *Worker) pullLanes(ctx context.Context) error {
 			continue
 		}
 		used := w.sched.fetch(ctx, slots)
-		for range slots - used {
-			<-w.sem
-		}
+		w.releaseSlots(slots - used)
 		if used > 0 {
 			continue
 		}

@@ -84,7 +84,7 @@ type Worker struct {
 	cancelWG sync.WaitGroup // one per cancel request being answered
 	auditWG  sync.WaitGroup // one per pending cancel audit
 	stopping chan struct{}  // closed when shutdown starts
-	sem      chan struct{}  // one slot per run this worker may own
+	slots    *slots         // the runs this worker may still own
 	sched    *scheduler     // which lanes to take runs from (sched.go)
 }
 
@@ -118,7 +118,7 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 		tracer:   tracing.Tracer(cfg.TracerProvider),
 		runs:     make(map[string]*run),
 		limiter:  newCreateLimiter(),
-		sem:      make(chan struct{}, cfg.Concurrency),
+		slots:    newSlots(cfg.Concurrency),
 		stopping: make(chan struct{}),
 	}
 	// The resolver logs why it refused a reference, with the hosts, paths
@@ -335,15 +335,13 @@ func (w *Worker) pull(ctx context.Context) error {
 			continue
 		}
 		used := w.fetch(ctx, slots)
-		for range slots - used {
-			<-w.sem
-		}
+		w.releaseSlots(slots - used)
 	}
 	return nil
 }
 
-// reserve beats Ready's heartbeat and reserves at least one free slot,
-// then every other free one, and returns how many; 0 when ctx ends or
+// reserve beats Ready's heartbeat and takes every free slot, waiting for
+// one to come free when none is, and returns how many; 0 when ctx ends or
 // PollWait passes with every slot busy (alive all the same), an error
 // when the NATS connection is closed for good.
 func (w *Worker) reserve(ctx context.Context) (int, error) {
@@ -351,26 +349,27 @@ func (w *Worker) reserve(ctx context.Context) (int, error) {
 	if w.nc.IsClosed() {
 		return 0, fmt.Errorf("consumer: %w", nats.ErrConnectionClosed)
 	}
+	if n := w.slots.takeAll(); n > 0 {
+		return n, nil
+	}
 	idle := time.NewTimer(w.cfg.PollWait)
 	defer idle.Stop()
-	select {
-	case w.sem <- struct{}{}:
-	case <-ctx.Done():
-		return 0, nil
-	case <-idle.C:
-		return 0, nil
-	}
-	slots := 1
-	for slots < cap(w.sem) {
+	for {
 		select {
-		case w.sem <- struct{}{}:
-			slots++
-		default:
-			return slots, nil
+		case <-w.slots.freed:
+		case <-ctx.Done():
+			return 0, nil
+		case <-idle.C:
+			return 0, nil
+		}
+		if n := w.slots.takeAll(); n > 0 {
+			return n, nil
 		}
 	}
-	return slots, nil
 }
+
+// releaseSlots gives back n slots that reserve took.
+func (w *Worker) releaseSlots(n int) { w.slots.give(n) }
 
 // startRuns starts a run for each job of batch (wrapped by wrap, if not
 // nil), each holding one of the slots its fetch took until it ends; it
@@ -385,7 +384,7 @@ func (w *Worker) startRuns(batch jetstream.MessageBatch, wrap func(jetstream.Msg
 		w.runWG.Add(1)
 		go func() {
 			defer w.runWG.Done()
-			defer func() { <-w.sem }()
+			defer w.releaseSlots(1)
 			w.handle(msg)
 		}()
 	}
