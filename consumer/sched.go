@@ -27,6 +27,16 @@ type scheduler struct {
 	probed    map[string]time.Time          // when probe last looked at each lane
 	probeTurn int                           // which due lane probe starts with
 	lastScan  time.Time
+	list      *listing // the lanes' listing in flight, if any
+	listGen   int      // listings started so far
+	// Between listings, for takeKnown: the lanes the last listing found
+	// runs waiting in, and those this worker moved runs to since the last
+	// listing began (with the listing generation of the move).
+	lastWaiting []waitingLane
+	moved       map[string]movedTo
+
+	// listConsumers lists the queue stream's consumers (a test holds it).
+	listConsumers func(context.Context) jetstream.ConsumerInfoLister
 }
 
 // laneEnsureEvery is how long a lane consumer this worker created or
@@ -40,12 +50,14 @@ const laneScanEvery = 2 * time.Second
 
 func newScheduler(w *Worker) *scheduler {
 	return &scheduler{
-		w:         w,
-		wake:      make(chan struct{}, 1),
-		consumers: make(map[string]jetstream.Consumer),
-		ensured:   make(map[string]time.Time),
-		credit:    make(map[string]int),
-		probed:    make(map[string]time.Time),
+		w:             w,
+		wake:          make(chan struct{}, 1),
+		consumers:     make(map[string]jetstream.Consumer),
+		ensured:       make(map[string]time.Time),
+		credit:        make(map[string]int),
+		probed:        make(map[string]time.Time),
+		moved:         make(map[string]movedTo),
+		listConsumers: func(ctx context.Context) jetstream.ConsumerInfoLister { return w.res.Queue.ListConsumers(ctx) },
 	}
 }
 
@@ -100,7 +112,7 @@ func (s *scheduler) lanes(ctx context.Context) (waiting []waitingLane, inFlight 
 	w := s.w
 	var out []waitingLane
 	var covered uint64
-	list := w.res.Queue.ListConsumers(ctx)
+	list := s.listConsumers(ctx)
 	seen := make(map[string]bool)
 	for info := range list.Info() {
 		f, ok := w.names.LaneOfConsumer(info.Name)
@@ -311,16 +323,101 @@ func (c Config) keyWeight(key string) int {
 	return 1
 }
 
+// listPatience is how long a poll waits for the lanes' listing before it
+// takes from the lanes it knows. A JetStream cluster answers a listing of
+// consumers only once every consumer's leader has answered, or after 4 s
+// when one has none (a lane's consumer just created, or between leaders);
+// the runs of the other lanes must not wait that long.
+const listPatience = 250 * time.Millisecond
+
+// listing is one listing of the lanes (lanes), in flight or done, shared
+// by the polls that wait for it.
+type listing struct {
+	gen      int
+	done     chan struct{}
+	waiting  []waitingLane
+	inFlight []string
+	err      error
+}
+
+// listing returns the listing in flight, or starts one.
+func (s *scheduler) listing(ctx context.Context) *listing {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.list != nil {
+		return s.list
+	}
+	s.listGen++
+	l := &listing{gen: s.listGen, done: make(chan struct{})}
+	s.list = l
+	list := func() {
+		defer close(l.done)
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l.waiting, l.inFlight, l.err = s.lanes(lctx)
+	}
+	if !s.w.background(list) { // shutting down
+		l.err = context.Canceled
+		close(l.done)
+	}
+	return l
+}
+
+// listed makes l the listing takeKnown goes by until the next one.
+func (s *scheduler) listed(l *listing) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.list == l {
+		s.list = nil // the next poll lists again
+	}
+	if l.err != nil {
+		return
+	}
+	s.lastWaiting = slices.Clone(l.waiting)
+	for name, m := range s.moved {
+		if m.gen < l.gen { // the listing saw it
+			delete(s.moved, name)
+		}
+	}
+}
+
+// movedTo is a lane this worker moved runs to since the last listing.
+type movedTo struct {
+	lane events.Fairness
+	runs int
+	gen  int // the listing in flight or next when the runs were moved
+}
+
+// noteMoved records that this worker moved runs to lane f.
+func (s *scheduler) noteMoved(f events.Fairness, runs int) {
+	name := s.w.names.LaneConsumer(f)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.moved[name]
+	s.moved[name] = movedTo{lane: f, runs: m.runs + runs, gen: s.listGen}
+}
+
 // fetch takes up to n runs from the lanes and starts each; it returns how
 // many it started (each holds one slot until it ends).
 func (s *scheduler) fetch(ctx context.Context, n int) int {
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	lanes, inFlight, err := s.lanes(lctx)
+	l := s.listing(ctx)
+	late := time.NewTimer(listPatience)
+	defer late.Stop()
+	select {
+	case <-l.done:
+		s.listed(l)
+	case <-late.C:
+		return s.takeKnown(ctx, n)
+	case <-ctx.Done():
+		return 0
+	}
+	lanes, inFlight, err := l.waiting, l.inFlight, l.err
 	if err != nil {
 		s.w.fetchFailed(ctx, "list the lanes", err)
 		return 0
 	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	started := s.probe(lctx, inFlight, n)
 	if len(lanes) == 0 || started == n {
 		return started
@@ -330,6 +427,57 @@ func (s *scheduler) fetch(ctx context.Context, n int) int {
 		started += s.take(lctx, name, k)
 	}
 	return started
+}
+
+// takeKnown takes up to n runs while the lanes' listing is late, from
+// the lanes the last listing found runs waiting in and those this worker
+// moved runs to since, as plan shares them; a lane that gives fewer runs
+// than asked is taken as empty until the next listing.
+func (s *scheduler) takeKnown(ctx context.Context, n int) int {
+	s.mu.Lock()
+	lanes := slices.Clone(s.lastWaiting)
+	for name, m := range s.moved {
+		i := slices.IndexFunc(lanes, func(l waitingLane) bool { return l.name == name })
+		if i < 0 {
+			lanes = append(lanes, waitingLane{lane: m.lane, name: name, rank: m.lane.Priority.Rank()})
+			i = len(lanes) - 1
+		}
+		lanes[i].waiting += m.runs
+	}
+	s.mu.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	started := 0
+	for name, k := range s.plan(lanes, n) {
+		got := s.take(lctx, name, k)
+		started += got
+		s.tookKnown(name, k, got)
+	}
+	return started
+}
+
+// tookKnown counts got runs taken of k asked from lane name in the
+// figures takeKnown goes by: fewer than asked, and the lane is empty.
+func (s *scheduler) tookKnown(name string, k, got int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(s.lastWaiting, func(l waitingLane) bool { return l.name == name })
+	if got < k {
+		if i >= 0 {
+			s.lastWaiting[i].waiting = 0
+		}
+		delete(s.moved, name)
+		return
+	}
+	if i >= 0 {
+		d := min(got, s.lastWaiting[i].waiting)
+		s.lastWaiting[i].waiting -= d
+		got -= d
+	}
+	if m, ok := s.moved[name]; ok {
+		m.runs -= min(got, m.runs)
+		s.moved[name] = m
+	}
 }
 
 // take fetches up to k jobs from lane name without waiting and starts a
