@@ -21,7 +21,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quick := f.Bool("quick", "", false, "smaller counts: finishes in under a minute")
 	asJSON := f.Bool("json", "", false, "write the figures to stdout as one JSON object (progress and table go to stderr)")
 	plotFile := f.String("plot", "", "", "draw token latency against load to this file (.png, .svg or .pdf)")
-	profile := f.String("profile", "", "", "save CPU profiles of the worker and NATS (throughput phase) and of the worker (relay phase), and the worker's heap and goroutines (largest memory load) in this directory")
+	profile := f.String("profile", "", "", "save CPU profiles of the worker and NATS (throughput phase) and of the workers (relay phase, each scale load), and the worker's heap and goroutines (largest memory load) in this directory")
 	interval := f.Duration("event-interval", "", 50*time.Millisecond, "the worker's --event-interval in the relay, cancel, tool_cancel, waste and memory phases")
 	memRuns := f.String("memory-runs", "", "", "concurrent runs of the memory phase, comma-separated (default 1000,5000; quick 200,500)")
 	scaleRuns := f.String("scale-runs", "", "", "concurrent runs of the scale phase, comma-separated (default 5000,20000)")

@@ -30,7 +30,8 @@ type Config struct {
 	// Progress receives one line per step. Default: io.Discard.
 	Progress io.Writer
 	// ProfileDir, when set, receives CPU profiles of the worker (during the
-	// relay phase) and a heap profile (at the largest memory load).
+	// relay phase and at each scale load) and a heap profile (at the largest
+	// memory load).
 	ProfileDir string
 
 	// HTTP1 runs the emulator over plain HTTP, and the worker, the bare

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -295,6 +297,10 @@ func (b *bench) scaleAt(ctx context.Context, ss *scaleSystem, n int) (ScalePoint
 		pt.ClusterCPUPerToken = us(self1-self0) / float64(pt.Tokens)
 	}
 	pt.RunsPerWorker = runsPerWorker(ss, ids)
+	if c.ProfileDir != "" {
+		// After the measured window: a profile costs the worker CPU.
+		b.scaleProfiles(ctx, ss, n)
+	}
 	b.progress("scale: %d runs (per worker %v): RSS %.1f KiB/run, heap %.1f KiB/run, %.2f goroutines/run; worker CPU %.1f µs/token over %d tokens (idle %.3f cores out); cluster %.1f µs/token; start p50 %.0f ms p99 %.0f ms",
 		n, pt.RunsPerWorker, pt.RSSPerRun, pt.HeapPerRun, pt.GoroutinesPerRun, pt.WorkerCPUPerToken, pt.Tokens, pt.WorkerIdleCores, pt.ClusterCPUPerToken, pt.Start.P50, pt.Start.P99)
 	b.progress("scale: cancelling the %d runs", n)
@@ -309,6 +315,19 @@ func (b *bench) scaleAt(ctx context.Context, ss *scaleSystem, n int) (ScalePoint
 		pt.LostOwnership += int(ms["foundryq_runs_lost_ownership_total"])
 	}
 	return pt, nil
+}
+
+// scaleProfiles saves each worker's CPU profile over a window as long as
+// the measured one, all at once.
+func (b *bench) scaleProfiles(ctx context.Context, ss *scaleSystem, n int) {
+	var g sync.WaitGroup
+	secs := strconv.Itoa(max(1, int(b.cfg.ScaleWindow.Seconds())))
+	for i, m := range ss.metrics {
+		g.Go(func() {
+			b.profileOf(ctx, strings.TrimSuffix(m, "/metrics"), "profile?seconds="+secs, fmt.Sprintf("worker-scale-%d-%s-cpu.pprof", n, ss.ids[i]))
+		})
+	}
+	g.Wait()
 }
 
 // usage sums the workers' CPU and RSS.
