@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -130,25 +129,39 @@ func TestStateStoreWritesOnItsLastWrite(t *testing.T) {
 	t.Parallel()
 	s := testStore(t)
 	other, nc := newStateStore(s.kv, s.nc), s.nc
-	var reads, direct atomic.Int64
-	for subject, n := range map[string]*atomic.Int64{"$JS.API.STREAM.MSG.GET.>": &reads, "$JS.API.DIRECT.GET.>": &direct} {
-		sub, err := nc.Subscribe(subject, func(*nats.Msg) { n.Add(1) })
+	// Channel subscriptions: the connection's reader delivers to them
+	// before it reads the flush's answer, so that after a flush every
+	// request sent before it is in the channel (an asynchronous handler
+	// may not have run yet: counting in one made this test flaky).
+	reads, direct := make(chan *nats.Msg, 64), make(chan *nats.Msg, 64)
+	for subject, ch := range map[string]chan *nats.Msg{"$JS.API.STREAM.MSG.GET.>": reads, "$JS.API.DIRECT.GET.>": direct} {
+		sub, err := nc.ChanSubscribe(subject, ch)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sub.Unsubscribe()
 	}
 	ctx := t.Context()
-	// readsBy runs f and returns how many leader reads it sent (the
-	// subscription sees them in order: a flush makes the count final).
-	readsBy := func(f func()) int64 {
+	// sent counts the requests that ch holds and empties it.
+	sent := func(ch chan *nats.Msg) (n int) {
+		for {
+			select {
+			case <-ch:
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	// readsBy runs f and returns how many leader reads it sent.
+	readsBy := func(f func()) int {
 		t.Helper()
-		before := reads.Load()
+		sent(reads)
 		f()
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		return reads.Load() - before
+		return sent(reads)
 	}
 	update := func(s *stateStore, fn func(*events.RunState) error) events.RunState {
 		t.Helper()
@@ -167,8 +180,8 @@ func TestStateStoreWritesOnItsLastWrite(t *testing.T) {
 			update(s, func(st *events.RunState) error { st.Attempt++; return nil })
 		}
 	})
-	if n != 0 || direct.Load() != 1 {
-		t.Fatalf("three updates in a row sent %d leader reads and %d direct gets, want 0 and 1 (the first)", n, direct.Load())
+	if d := sent(direct); n != 0 || d != 1 {
+		t.Fatalf("three updates in a row sent %d leader reads and %d direct gets, want 0 and 1 (the first)", n, d)
 	}
 	if st, _, err := s.Get(ctx, "w1"); err != nil || st.Attempt != 3 {
 		t.Fatalf("stored after three updates: %+v %v", st, err)
