@@ -222,6 +222,9 @@ type MemoryPoint struct {
 // CancelReport: cancel latency under streaming load.
 type CancelReport struct {
 	Points []CancelPoint `json:"points"`
+	// EventIntervalMS is the event interval of the worker the phase ran on
+	// (Config.EventInterval; 0: off).
+	EventIntervalMS float64 `json:"event_interval_ms"`
 	// Target applies at fraction 0.5, to both p99s; Targets hold both
 	// p99s, and the runs not cancelled, at every load TargetCancelP99At
 	// lists.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -60,7 +61,10 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		if !cfg.runs(st.name) {
 			continue
 		}
-		if (st.name == "tool_cancel" || st.name == "waste") && b.sys.worker == nil {
+		// These phases run on the worker of the relay phase when it ran,
+		// and on a worker started alike when not: the throughput phase's
+		// has the event interval off, which changes what they measure.
+		if slices.Contains([]string{"cancel", "tool_cancel", "waste"}, st.name) && (b.sys.worker == nil || b.sys.interval != cfg.EventInterval) {
 			if err := b.sys.startWorker(ctx, cfg.EventInterval); err != nil {
 				return rep, fmt.Errorf("bench: %s: %w", st.name, err)
 			}
@@ -562,6 +566,7 @@ func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 func (b *bench) cancel(ctx context.Context) error {
 	c := b.cfg
 	cr := &b.rep.Cancel
+	cr.EventIntervalMS = ms(b.sys.interval)
 	defer cr.finish()
 	for _, f := range c.CancelFractions {
 		runs := b.runsAt(f)
