@@ -305,6 +305,33 @@ type memoryRow struct {
 	Goroutines float64 `json:"goroutines_per_run"`
 }
 
+// benchTest skips a test that runs the bench in -short mode (why: what it
+// starts), makes the bench's processes this test binary acting as
+// foundryq, and returns the test's context, bounded at 4 minutes.
+func benchTest(t *testing.T, why string) context.Context {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	t.Setenv(benchChildEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// benchJSON runs foundryq with args (a bench with --json) and decodes what
+// it printed into rep.
+func benchJSON(t *testing.T, ctx context.Context, rep any, args ...string) {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, ctx, args...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d:\n%s", args, code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), rep); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, stdout)
+	}
+}
+
 // TestBenchMemoryTransports runs the memory phase alone (its processes
 // are this test binary acting as foundryq): by default the emulator serves
 // HTTPS and the worker, trusting the run's CA through SSL_CERT_FILE,
@@ -312,12 +339,7 @@ type memoryRow struct {
 // same emulator; the emulator's records say which protocol each row's
 // runs came over. With --http1 there is one row, over HTTP/1.1.
 func TestBenchMemoryTransports(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts NATS, the emulator and two workers (about 20 s)")
-	}
-	t.Setenv(benchChildEnv, "1")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx := benchTest(t, "starts NATS, the emulator and two workers (about 20 s)")
 	for _, tc := range []struct {
 		args []string
 		want []memoryRow
@@ -326,18 +348,12 @@ func TestBenchMemoryTransports(t *testing.T) {
 		{[]string{"--http1"}, []memoryRow{{Runs: 12, Transport: "http1", Proto: "HTTP/1.1"}}},
 	} {
 		args := append([]string{"bench", "--json", "--phases", "memory", "--memory-runs", "12"}, tc.args...)
-		code, stdout, stderr := runCmd(t, ctx, args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d:\n%s", args, code, stderr)
-		}
 		var rep struct {
 			Memory struct {
 				Points []memoryRow `json:"points"`
 			} `json:"memory"`
 		}
-		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, stdout)
-		}
+		benchJSON(t, ctx, &rep, args...)
 		got := rep.Memory.Points
 		if len(got) != len(tc.want) {
 			t.Fatalf("%v: rows %+v, want %+v", args, got, tc.want)
@@ -360,17 +376,8 @@ func TestBenchMemoryTransports(t *testing.T) {
 // `--phases throughput,cancel` were those of a worker publishing every
 // token: run.cancelled stored p50 60 ms against 6 ms in a full run).
 func TestBenchCancelOnItsInterval(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts NATS, the emulator and two workers")
-	}
-	t.Setenv(benchChildEnv, "1")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx := benchTest(t, "starts NATS, the emulator and two workers")
 	args := []string{"bench", "--quick", "--json", "--phases", "throughput,cancel", "--event-interval", "30ms"}
-	code, stdout, stderr := runCmd(t, ctx, args...)
-	if code != 0 {
-		t.Fatalf("%v: exit %d:\n%s", args, code, stderr)
-	}
 	var rep struct {
 		Cancel struct {
 			EventIntervalMS float64 `json:"event_interval_ms"`
@@ -379,9 +386,7 @@ func TestBenchCancelOnItsInterval(t *testing.T) {
 			} `json:"points"`
 		} `json:"cancel"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatalf("%v: %v\n%s", args, err, stdout)
-	}
+	benchJSON(t, ctx, &rep, args...)
 	if rep.Cancel.EventIntervalMS != 30 || len(rep.Cancel.Points) == 0 || rep.Cancel.Points[0].Cancelled == 0 {
 		t.Fatalf("cancel phase: event interval %v ms, points %+v; want 30 ms and cancels measured", rep.Cancel.EventIntervalMS, rep.Cancel.Points)
 	}
@@ -394,12 +399,7 @@ func TestBenchCancelOnItsInterval(t *testing.T) {
 // from the figures. The ratios of two tiny loads are noise: their verdict
 // is not checked here.
 func TestBenchScale(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node cluster, the emulator and three workers twice (about 30 s)")
-	}
-	t.Setenv(benchChildEnv, "1")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx := benchTest(t, "starts a three-node cluster, the emulator and three workers twice (about 30 s)")
 	for _, bad := range [][]string{{"--scale-runs", "100,x"}, {"--scale-runs", "0"}, {"--scale-token-delay", "1ms"}} {
 		if code, _, stderr := runCmd(t, ctx, append([]string{"bench", "--phases", "scale"}, bad...)...); code != 2 || !strings.Contains(stderr, bad[0]) {
 			t.Errorf("%v: exit %d, %s", bad, code, stderr)
