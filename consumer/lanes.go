@@ -189,7 +189,7 @@ func (w *Worker) moveToLanes(msgs []jetstream.Msg) {
 		select {
 		case <-mv.fut.Ok():
 			w.ensureLane(mv.lane)
-			w.sched.noteMoved(mv.lane, 1)
+			w.sched.noteMoved(mv.lane)
 			if err := mv.msg.Ack(); err != nil {
 				// Redelivered and moved again: the copy's id dedupes it.
 				w.log.Debug().Err(err).Msg("ack a queued run request")

@@ -343,13 +343,14 @@ type listing struct {
 // listing returns the listing in flight, or starts one.
 func (s *scheduler) listing(ctx context.Context) *listing {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.list != nil {
-		return s.list
+	if l := s.list; l != nil {
+		s.mu.Unlock()
+		return l
 	}
 	s.listGen++
 	l := &listing{gen: s.listGen, done: make(chan struct{})}
 	s.list = l
+	s.mu.Unlock()
 	list := func() {
 		defer close(l.done)
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -388,13 +389,13 @@ type movedTo struct {
 	gen  int // the listing in flight or next when the runs were moved
 }
 
-// noteMoved records that this worker moved runs to lane f.
-func (s *scheduler) noteMoved(f events.Fairness, runs int) {
+// noteMoved records that this worker moved a run to lane f.
+func (s *scheduler) noteMoved(f events.Fairness) {
 	name := s.w.names.LaneConsumer(f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.moved[name]
-	s.moved[name] = movedTo{lane: f, runs: m.runs + runs, gen: s.listGen}
+	s.moved[name] = movedTo{lane: f, runs: m.runs + 1, gen: s.listGen}
 }
 
 // fetch takes up to n runs from the lanes and starts each; it returns how
