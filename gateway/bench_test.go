@@ -427,7 +427,8 @@ func processSystem(tb testing.TB, runs int) (url string, startWorkers func()) {
 	if out, err := build.CombinedOutput(); err != nil {
 		tb.Fatalf("build foundryq: %v\n%s", err, out)
 	}
-	natsPort, emuPort := freePort(tb), freePort(tb)
+	ports := freePorts(tb, 2)
+	natsPort, emuPort := ports[0], ports[1]
 	url = "nats://127.0.0.1:" + strconv.Itoa(natsPort)
 	emuAddr := "127.0.0.1:" + strconv.Itoa(emuPort)
 	startProcess(tb, "foundryq dev is running", bin, "dev", "--workers", "0", "--nats-port", strconv.Itoa(natsPort),
@@ -478,12 +479,19 @@ func startProcess(tb testing.TB, ready, bin string, args ...string) {
 	}
 }
 
-func freePort(tb testing.TB) int {
+// freePorts returns n distinct ports that were free a moment ago (all
+// held at once: the kernel may hand out a port again as soon as it is
+// free).
+func freePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }

@@ -125,15 +125,34 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// freePort returns a loopback TCP port that was free a moment ago and that
+// it never returned before.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		// The kernel may hand out a port again as soon as it is free: never
+		// twice to this process's processes.
+		portsGiven.Lock()
+		again := portsGiven.m[port]
+		portsGiven.m[port] = true
+		portsGiven.Unlock()
+		if !again {
+			return port, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("find a free port: 100 tries gave only ports handed out before")
 }
+
+// portsGiven are the ports freePort returned.
+var portsGiven = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: make(map[int]bool)}
 
 // httpGet fetches url into a byte slice (status 200 only).
 func httpGet(ctx context.Context, hc *http.Client, url string) ([]byte, error) {

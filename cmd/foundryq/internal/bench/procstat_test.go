@@ -34,3 +34,21 @@ func TestReadProcUsage(t *testing.T) {
 		}
 	}
 }
+
+// The bench gives each of its processes a port from freePort: two ports
+// of one run must differ, or a process fails to listen ("port 45243 on
+// 127.0.0.1 is in use": the emulator's HTTPS and plain ports were once the
+// same, since the kernel may hand out a port again as soon as it is free).
+func TestFreePortsDiffer(t *testing.T) {
+	seen := make(map[int]bool)
+	for range 2000 {
+		p, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("freePort gave port %d twice in %d calls", p, len(seen)+1)
+		}
+		seen[p] = true
+	}
+}
