@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -427,7 +426,7 @@ func processSystem(tb testing.TB, runs int) (url string, startWorkers func()) {
 	if out, err := build.CombinedOutput(); err != nil {
 		tb.Fatalf("build foundryq: %v\n%s", err, out)
 	}
-	ports := freePorts(tb, 2)
+	ports := testkit.FreePorts(tb, 2)
 	natsPort, emuPort := ports[0], ports[1]
 	url = "nats://127.0.0.1:" + strconv.Itoa(natsPort)
 	emuAddr := "127.0.0.1:" + strconv.Itoa(emuPort)
@@ -477,21 +476,4 @@ func startProcess(tb testing.TB, ready, bin string, args ...string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freePorts returns n distinct ports that were free a moment ago (all
-// held at once: the kernel may hand out a port again as soon as it is
-// free).
-func freePorts(tb testing.TB, n int) []int {
-	tb.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports
 }

@@ -19,7 +19,7 @@ import (
 // and what it printed; it must end by itself (a config error).
 func devWithConfig(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	p := freePorts(t, 2)
+	p := testkit.FreePorts(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stdout, stderr testkit.Buffer
@@ -76,7 +76,7 @@ func TestDevNATSConfigRunsTheGateway(t *testing.T) {
 	t.Setenv("GATEWAY_PASSWORD", "gpw")
 	t.Setenv("TOOLS_PASSWORD", "tpw")
 	t.Setenv("FOUNDRY_ENDPOINT", "")
-	p := freePorts(t, 2)
+	p := testkit.FreePorts(t, 2)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var stdout, stderr testkit.Buffer

@@ -47,7 +47,7 @@ func TestEmulatorFlags(t *testing.T) {
 // settings go together.
 func TestEmulatorTLS(t *testing.T) {
 	certs := tlstest.New(t)
-	ports := freePorts(t, 2)
+	ports := testkit.FreePorts(t, 2)
 	addr, plainAddr := "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // occupy listens on a free loopback port for the test and returns it.
@@ -28,7 +30,7 @@ func TestStartupPortInUse(t *testing.T) {
 	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	// dev with every port free but the one the case occupies.
 	dev := func(t *testing.T, which string, busy int) []string {
-		p := freePorts(t, 4)
+		p := testkit.FreePorts(t, 4)
 		ports := map[string]string{"nats": strconv.Itoa(p[0]), "emu": addr(p[1]), "ops": addr(p[2]), "gw": addr(p[3])}
 		if which == "nats" {
 			ports[which] = strconv.Itoa(busy)
@@ -47,11 +49,11 @@ func TestStartupPortInUse(t *testing.T) {
 		{"dev metrics", func(t *testing.T, busy int) []string { return dev(t, "ops", busy) }, "(--http-addr / FOUNDRYQ_HTTP_ADDR)"},
 		{"dev gateway", func(t *testing.T, busy int) []string { return dev(t, "gw", busy) }, "(--gateway-addr / FOUNDRYQ_DEV_GATEWAY_ADDR)"},
 		{"worker metrics", func(t *testing.T, busy int) []string {
-			return []string{"worker", "--nats-url", "nats://" + addr(freePorts(t, 1)[0]), "--foundry-endpoint", "http://127.0.0.1:1/openai/v1/",
+			return []string{"worker", "--nats-url", "nats://" + addr(testkit.FreePorts(t, 1)[0]), "--foundry-endpoint", "http://127.0.0.1:1/openai/v1/",
 				"--foundry-api-key", "k", "--http-addr", addr(busy)}
 		}, "(--http-addr / FOUNDRYQ_HTTP_ADDR)"},
 		{"gateway", func(t *testing.T, busy int) []string {
-			return []string{"gateway", "--no-auth", "--nats-url", "nats://" + addr(freePorts(t, 1)[0]), "--addr", addr(busy)}
+			return []string{"gateway", "--no-auth", "--nats-url", "nats://" + addr(testkit.FreePorts(t, 1)[0]), "--addr", addr(busy)}
 		}, "(--addr / FOUNDRYQ_GATEWAY_ADDR)"},
 		{"emulator", func(t *testing.T, busy int) []string { return []string{"emulator", "--addr", addr(busy)} }, "(--addr / FOUNDRYQ_EMULATOR_ADDR)"},
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -91,29 +90,13 @@ func TestFlagsFromEnvironment(t *testing.T) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	return freePorts(t, 1)[0]
-}
-
-// freePorts returns n distinct ports that were free a moment ago (all
-// held at once, so that no two are the same).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports
+	return testkit.FreePorts(t, 1)[0]
 }
 
 // The README's first command, end to end: dev mode, then submit --watch,
 // a slow run cancelled with the cancel command, runs, and exit codes.
 func TestDevModeWithTheCLI(t *testing.T) {
-	p := freePorts(t, 4)
+	p := testkit.FreePorts(t, 4)
 	natsPort, emuPort, gwPort, opsPort := p[0], p[1], p[2], p[3]
 	t.Setenv("FOUNDRY_ENDPOINT", "") // the emulator, whatever the caller's environment
 	ctx, stop := context.WithCancel(context.Background())

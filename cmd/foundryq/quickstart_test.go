@@ -47,7 +47,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	bin := filepath.Join(dir, "foundryq")
 
-	p := freePorts(t, 4)
+	p := testkit.FreePorts(t, 4)
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(p[i]) }
 	env := quickStartEnvironment(map[string]string{
 		"FOUNDRYQ_DEV_NATS_PORT":    strconv.Itoa(p[0]),

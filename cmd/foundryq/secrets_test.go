@@ -58,7 +58,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	t.Setenv("FOUNDRY_ENDPOINT", "")
 	var out outputs
 
-	p := freePorts(t, 2)
+	p := testkit.FreePorts(t, 2)
 	natsPort, emuPort := p[0], p[1]
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -215,4 +216,21 @@ func FillStore(t testing.TB, ctx context.Context, js jetstream.JetStream) jetstr
 	}
 	t.Logf("store full: %v", err)
 	return s
+}
+
+// FreePorts returns n distinct loopback ports that were free a moment ago
+// (all held at once: the kernel may hand out a port again as soon as it
+// is free).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports
 }
