@@ -13,9 +13,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // benchEnv reads an integer knob of the benchmark from the environment.
@@ -126,13 +127,13 @@ func measureThroughput(streams, tokens, total int, begin func()) (throughput, er
 		}()
 	}
 	begin()
-	cpuBefore := cpuTime()
+	cpuBefore := testkit.CPUTime()
 	began := time.Now()
 	close(start)
 	wg.Wait()
 	res := throughput{
 		deltas: received.Load(), bytes: bytesRead.Load(), peak: peak.Load(), dials: dials.Load(),
-		elapsed: time.Since(began), cpu: cpuTime() - cpuBefore,
+		elapsed: time.Since(began), cpu: testkit.CPUTime() - cpuBefore,
 	}
 	if err, _ := failed.Load().(error); err != nil {
 		return res, err
@@ -219,13 +220,4 @@ func benchStream(client *http.Client, srv *Server, body []byte, rd *bufio.Reader
 	_, _ = io.Copy(io.Discard, dresp.Body)
 	dresp.Body.Close()
 	return deltas, size, nil
-}
-
-// cpuTime is the user+system CPU time used by the process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

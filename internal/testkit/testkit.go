@@ -2,8 +2,9 @@
 // to wait for a condition, Buffer for output written by goroutines or
 // processes while a test reads it, Do and Fetch to send an HTTP request
 // with a JSON body, WaitHTTP to wait for an HTTP endpoint's answer,
-// SameSet to compare what a document lists with what the code has, and
-// Fill and FillStore to fill a JetStream store. It imports nothing of the
+// SameSet to compare what a document lists with what the code has,
+// Fill and FillStore to fill a JetStream store, and CPUTime for a
+// benchmark's CPU per op. It imports nothing of the
 // product, so that any test may use it, and nothing outside tests does.
 package testkit
 
@@ -19,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -233,4 +235,15 @@ func FreePorts(t testing.TB, n int) []int {
 		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
 	return ports
+}
+
+// CPUTime is the user plus system CPU time this process has used: a
+// benchmark reports it per op when its goroutines wait on I/O, where the
+// wall time per op measures round trips rather than work.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
