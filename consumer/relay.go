@@ -39,10 +39,11 @@ func eventTextLimit(maxPayload int64) int {
 // a lone text delta also waits until that long after the previous publish,
 // trading that much token latency for fewer, larger events.
 //
-// A goroutine publishes only while events are queued (drain), and a held
-// delta waits on a timer, not a goroutine: of 5,000 runs streaming a token
-// every second or so, almost none has a publish in flight at any moment, and
-// a parked goroutine per run would cost its stack (8 KiB) for nothing.
+// A goroutine publishes only while events are queued (drain, on a goroutine
+// of the worker's pool: drainers), and a held delta waits on a timer, not a
+// goroutine: of 5,000 runs streaming a token every second or so, almost
+// none has a publish in flight at any moment, and a parked goroutine per
+// run would cost its stack (8 KiB) for nothing.
 //
 // Every publish carries Nats-Msg-Id <run_id>:<seq> and expects the subject's
 // last stream sequence to be the one this relay stored last. A second writer
@@ -60,7 +61,8 @@ type relay struct {
 	// onMissing is called when no stream answers a publish (the events
 	// stream was deleted); the publish is retried.
 	onMissing func()
-	maxText   int // eventTextLimit
+	maxText   int       // eventTextLimit
+	drainers  *drainers // runs drain
 	// activity, when set, receives the time (unix nanos) of each event
 	// stored, for the stuck-runs gauge.
 	activity *atomic.Int64
@@ -125,6 +127,7 @@ func (w *Worker) newRelay(runID string, last position, interval time.Duration, l
 		log:            log,
 		onMissing:      w.resourcesMissing,
 		maxText:        w.maxText,
+		drainers:       w.drainers,
 		store:          &w.store,
 		storeFullAfter: w.cfg.StoreFullTimeout,
 		done:           make(chan struct{}),
@@ -242,7 +245,7 @@ func (r *relay) kick() {
 		return
 	}
 	r.draining = true
-	go r.drain()
+	r.drainers.start(r)
 }
 
 // finish closes done, once. Called with mu held.

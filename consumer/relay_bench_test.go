@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/internal/natsembed"
+	"github.com/foundryq/foundryq/internal/testkit"
 )
 
 // BenchmarkRelayMerge is the delta merge: a token added to the queued
@@ -61,4 +64,54 @@ func BenchmarkRelayPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkRelayDrain is the publish path as a streaming run takes it: 100
+// relays, each given one text.delta at a time and flushed, so that each
+// event is published by the relay's drain, as a held delta is once its
+// interval has passed. An op is one event stored; the embedded server runs
+// in the process, so its CPU counts too.
+func BenchmarkRelayDrain(b *testing.B) {
+	ns := natsembed.StartT(b, natsembed.Config{InProcess: true})
+	nc, err := ns.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names, _ := events.NewNames("")
+	res, err := Provision(b.Context(), js, names, ProvisionConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := &Worker{pub: js, res: res, names: names, m: newMetrics(nil, nil), maxText: eventTextLimit(nc.MaxPayload()), drainers: newDrainers()}
+	defer w.drainers.close()
+	const runs = 100
+	relays := make([]*relay, runs)
+	for i := range relays {
+		relays[i] = w.newRelay(fmt.Sprintf("bench-%d", i), position{UpstreamSeq: -1}, 0, zerolog.Nop())
+		relays[i].start(b.Context(), func(err error) { b.Error(err) })
+	}
+	ctx := b.Context()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.SetParallelism(runs / runtime.GOMAXPROCS(0))
+	next := atomic.Int64{}
+	cpu := testkit.CPUTime()
+	b.RunParallel(func(pb *testing.PB) {
+		r := relays[int(next.Add(1)-1)%runs]
+		up := int64(0)
+		for pb.Next() {
+			up++
+			r.add(events.RunEvent{Type: events.TypeTextDelta, Text: " token"}, up)
+			if err := r.flush(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }

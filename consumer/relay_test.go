@@ -89,8 +89,11 @@ func testRelay(t *testing.T, interval time.Duration) (*relay, jetstream.Stream) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := newDrainers()
+	t.Cleanup(d.close)
 	return &relay{js: js, stream: res.Events, names: names, runID: "r1", subject: names.EventSubject("r1"), interval: interval,
-		metrics: newMetrics(nil, nil), log: zerolog.Nop(), maxText: eventTextLimit(nc.MaxPayload()), done: make(chan struct{})}, res.Events
+		metrics: newMetrics(nil, nil), log: zerolog.Nop(), maxText: eventTextLimit(nc.MaxPayload()), done: make(chan struct{}),
+		drainers: d}, res.Events
 }
 
 // A relay holds no goroutine while nothing is queued: one publishes while

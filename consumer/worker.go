@@ -86,6 +86,7 @@ type Worker struct {
 	stopping chan struct{}  // closed when shutdown starts
 	slots    *slots         // the runs this worker may still own
 	sched    *scheduler     // which lanes to take runs from (sched.go)
+	drainers *drainers      // the goroutines that publish runs' events (relay.drain)
 }
 
 // New returns a worker that talks to NATS through nc and to Foundry through
@@ -119,6 +120,7 @@ func New(nc *nats.Conn, up Provider, cfg Config) (*Worker, error) {
 		runs:     make(map[string]*run),
 		limiter:  newCreateLimiter(),
 		slots:    newSlots(cfg.Concurrency),
+		drainers: newDrainers(),
 		stopping: make(chan struct{}),
 	}
 	// The resolver logs why it refused a reference, with the hosts, paths
@@ -163,6 +165,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.res = res
+	defer w.drainers.close() // last: every run has ended
 	w.states = newStateStore(res.State, w.nc)
 	w.states.store = &w.store
 	pubConn := w.cfg.PublishConn

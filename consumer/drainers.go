@@ -1,0 +1,67 @@
+package consumer
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// drainers runs relays' drains on goroutines that outlive one drain: a
+// relay with events to publish is handed to an idle goroutine of the pool,
+// or to a new one when none is idle; a goroutine idle for drainerIdle
+// exits. A drain's stack grows to about 16 KiB in nats.go's publish, and a
+// goroutine started per drain, as a run's held delta is published every
+// event interval, paid that growth (stack copies) every time: 8 % of a
+// worker's CPU at 200 runs streaming. The pool holds as many goroutines as
+// drains ran at once in the last drainerIdle, not one per run.
+type drainers struct {
+	work chan *relay   // unbuffered: a send succeeds only if a goroutine waits
+	quit chan struct{} // closed by close: idle goroutines exit
+	once sync.Once     // closes quit
+
+	started atomic.Int64 // goroutines started
+	waiting atomic.Int64 // goroutines waiting for a drain
+}
+
+// drainerIdle is how long a goroutine of the pool waits for the next drain.
+const drainerIdle = time.Second
+
+func newDrainers() *drainers {
+	return &drainers{work: make(chan *relay), quit: make(chan struct{})}
+}
+
+// start runs r.drain on a goroutine of the pool.
+func (d *drainers) start(r *relay) {
+	select {
+	case d.work <- r:
+	default:
+		d.started.Add(1)
+		go d.serve(r)
+	}
+}
+
+// serve drains r, then the relays handed to it, until it has waited
+// drainerIdle for one or the pool is closed.
+func (d *drainers) serve(r *relay) {
+	idle := time.NewTimer(drainerIdle)
+	defer idle.Stop()
+	for {
+		r.drain()
+		idle.Reset(drainerIdle)
+		d.waiting.Add(1)
+		select {
+		case r = <-d.work:
+			d.waiting.Add(-1)
+		case <-idle.C:
+			d.waiting.Add(-1)
+			return
+		case <-d.quit:
+			d.waiting.Add(-1)
+			return
+		}
+	}
+}
+
+// close lets the idle goroutines go; a drain started later runs on a
+// goroutine of its own that exits when it is done.
+func (d *drainers) close() { d.once.Do(func() { close(d.quit) }) }
