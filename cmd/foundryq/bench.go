@@ -198,6 +198,9 @@ func printTargets(w io.Writer, r bench.Report, verdict func(bool) string) {
 	} {
 		for _, t := range sec.targets {
 			fmt.Fprintf(w, "target, %s: %s\t%.2f %s\t≤ %g %s\t%s\n", sec.key, t.What, t.Measured, t.Unit, t.Max, t.Unit, verdict(t.Met))
+			if t.Note != "" {
+				fmt.Fprintf(w, "  (%s)\t\t\t\n", t.Note)
+			}
 		}
 	}
 }
