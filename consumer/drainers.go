@@ -45,20 +45,17 @@ func (d *drainers) start(r *relay) {
 func (d *drainers) serve(r *relay) {
 	idle := time.NewTimer(drainerIdle)
 	defer idle.Stop()
-	for {
+	for r != nil {
 		r.drain()
 		idle.Reset(drainerIdle)
 		d.waiting.Add(1)
+		r = nil
 		select {
 		case r = <-d.work:
-			d.waiting.Add(-1)
 		case <-idle.C:
-			d.waiting.Add(-1)
-			return
 		case <-d.quit:
-			d.waiting.Add(-1)
-			return
 		}
+		d.waiting.Add(-1)
 	}
 }
 
