@@ -7,11 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
-	"github.com/foundryq/foundryq/internal/natsembed"
 	"github.com/foundryq/foundryq/internal/testkit"
 )
 
@@ -37,25 +35,10 @@ func BenchmarkRelayMerge(b *testing.B) {
 // waiting for the ack, on an embedded NATS server with file storage (as
 // in production, without the network).
 func BenchmarkRelayPublish(b *testing.B) {
-	ns := natsembed.StartT(b, natsembed.Config{InProcess: true})
-	nc, err := ns.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	names, _ := events.NewNames("")
-	res, err := Provision(b.Context(), js, names, ProvisionConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := &relay{js: js, stream: res.Events, names: names, runID: "bench", subject: names.EventSubject("bench"),
-		metrics: newMetrics(nil, nil), log: zerolog.Nop(), maxText: eventTextLimit(nc.MaxPayload()), done: make(chan struct{})}
+	r := relayWorker(b).newRelay("bench", position{}, 0, zerolog.Nop())
 	ctx := context.Background()
 	var seq, streamSeq uint64
+	var err error
 	b.ReportAllocs()
 	for b.Loop() {
 		seq++
@@ -72,23 +55,7 @@ func BenchmarkRelayPublish(b *testing.B) {
 // interval has passed. An op is one event stored; the embedded server runs
 // in the process, so its CPU counts too.
 func BenchmarkRelayDrain(b *testing.B) {
-	ns := natsembed.StartT(b, natsembed.Config{InProcess: true})
-	nc, err := ns.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	names, _ := events.NewNames("")
-	res, err := Provision(b.Context(), js, names, ProvisionConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := &Worker{pub: js, res: res, names: names, m: newMetrics(nil, nil), maxText: eventTextLimit(nc.MaxPayload()), drainers: newDrainers()}
-	defer w.drainers.close()
+	w := relayWorker(b)
 	const runs = 100
 	relays := make([]*relay, runs)
 	for i := range relays {

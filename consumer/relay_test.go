@@ -70,30 +70,37 @@ func TestEventTextLimit(t *testing.T) {
 	}
 }
 
+// relayWorker is a worker with what its relays need, on an embedded server
+// with file storage, its pool of drains closed when tb ends.
+func relayWorker(tb testing.TB) *Worker {
+	tb.Helper()
+	ns := natsembed.StartT(tb, natsembed.Config{InProcess: true})
+	nc, err := ns.Connect()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	names, _ := events.NewNames("")
+	res, err := Provision(tb.Context(), js, names, ProvisionConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := &Worker{js: js, pub: js, res: res, names: names, m: newMetrics(nil, nil), maxText: eventTextLimit(nc.MaxPayload()),
+		drainers: newDrainers(), stopping: make(chan struct{})}
+	tb.Cleanup(w.drainers.close)
+	return w
+}
+
 // testRelay is a relay on a run's subject of an embedded server with file
 // storage, publishing with the given event interval.
 func testRelay(t *testing.T, interval time.Duration) (*relay, jetstream.Stream) {
 	t.Helper()
-	ns := natsembed.StartT(t, natsembed.Config{InProcess: true})
-	nc, err := ns.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, _ := events.NewNames("")
-	res, err := Provision(t.Context(), js, names, ProvisionConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := newDrainers()
-	t.Cleanup(d.close)
-	return &relay{js: js, stream: res.Events, names: names, runID: "r1", subject: names.EventSubject("r1"), interval: interval,
-		metrics: newMetrics(nil, nil), log: zerolog.Nop(), maxText: eventTextLimit(nc.MaxPayload()), done: make(chan struct{}),
-		drainers: d}, res.Events
+	w := relayWorker(t)
+	return w.newRelay("r1", position{}, interval, zerolog.Nop()), w.res.Events
 }
 
 // A relay holds no goroutine while nothing is queued: one publishes while
