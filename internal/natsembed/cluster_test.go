@@ -3,6 +3,7 @@ package natsembed_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,15 +31,27 @@ func TestClusterKillStreamLeader(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatalf("create R3 stream: %v", err)
 	}
-	publish := func(n int) {
+	// publish stores messages from..from+n-1, each retried under its own
+	// message id until it is acked: a publish that reaches a node while
+	// the stream has no leader gets no answer at all, so each attempt has
+	// a deadline of its own (one on the whole test waited out its minute).
+	publish := func(from, n int) {
 		t.Helper()
-		for range n {
-			if _, err := js.Publish(ctx, "t.x", []byte("x")); err != nil {
-				t.Fatalf("publish: %v", err)
+		for i := from; i < from+n; i++ {
+			for {
+				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := js.Publish(pctx, "t.x", []byte("x"), jetstream.WithMsgID(fmt.Sprintf("m-%d", i)))
+				pcancel()
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("publish %d: %v", i, err)
+				}
 			}
 		}
 	}
-	publish(10)
+	publish(0, 10)
 	st, err := js.Stream(ctx, "T")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +89,7 @@ func TestClusterKillStreamLeader(t *testing.T) {
 	if next == leader {
 		t.Fatalf("leader %d after it was killed", next)
 	}
-	publish(10) // retried by the client until the new leader answers
+	publish(10, 10) // retried until the new leader answers
 	if err := c.Restart(leader); err != nil {
 		t.Fatal(err)
 	}
