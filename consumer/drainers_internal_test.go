@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -52,4 +53,32 @@ func TestDrainsReuseOneGoroutine(t *testing.T) {
 	if got := r.tail().Seq; got != 22 {
 		t.Fatalf("stored seq %d after close, want 22", got)
 	}
+}
+
+// After a burst of drains at once, at most maxIdleDrainers goroutines stay
+// waiting for the next.
+func TestIdleDrainersAreBounded(t *testing.T) {
+	t.Parallel()
+	d := newDrainers()
+	defer d.close()
+	hold := make(chan struct{})
+	var held sync.WaitGroup
+	const burst = 4 * maxIdleDrainers
+	for range burst {
+		// A relay whose drain blocks until the burst has begun: each takes a
+		// goroutine of its own.
+		r := &relay{done: make(chan struct{}), draining: true}
+		r.mu.Lock()
+		held.Add(1)
+		go func() { defer held.Done(); <-hold; r.mu.Unlock() }()
+		d.start(r)
+	}
+	if got := d.started.Load(); got != burst {
+		t.Fatalf("%d drains at once started %d goroutines, want %d", burst, got, burst)
+	}
+	close(hold)
+	held.Wait()
+	testkit.Eventually(t, 10*time.Second, "all but the waiting goroutines to exit after the burst", func() bool {
+		return d.alive.Load() == maxIdleDrainers && d.waiting.Load() == maxIdleDrainers
+	})
 }
