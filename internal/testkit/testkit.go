@@ -3,8 +3,8 @@
 // processes while a test reads it, Do and Fetch to send an HTTP request
 // with a JSON body, WaitHTTP to wait for an HTTP endpoint's answer,
 // SameSet to compare what a document lists with what the code has,
-// Fill and FillStore to fill a JetStream store, and CPUTime for a
-// benchmark's CPU per op. It imports nothing of the
+// Fill and FillStore to fill a JetStream store, FreePorts for loopback
+// ports to listen on, and CPUTime for a benchmark's CPU per op. It imports nothing of the
 // product, so that any test may use it, and nothing outside tests does.
 package testkit
 
