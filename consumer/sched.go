@@ -433,7 +433,10 @@ func (s *scheduler) fetch(ctx context.Context, n int) int {
 // takeKnown takes up to n runs while the lanes' listing is late, from
 // the lanes the last listing found runs waiting in and those this worker
 // moved runs to since, as plan shares them; a lane that gives fewer runs
-// than asked is taken as empty until the next listing.
+// than asked is taken as empty until the next listing, and its share goes
+// to the others. Lanes other workers filled since the last listing are
+// unknown to this one: higherLanes adds those of a higher priority than
+// the best it knows, so that it does not start runs out of order.
 func (s *scheduler) takeKnown(ctx context.Context, n int) int {
 	s.mu.Lock()
 	lanes := slices.Clone(s.lastWaiting)
@@ -448,13 +451,63 @@ func (s *scheduler) takeKnown(ctx context.Context, n int) int {
 	s.mu.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	lanes = s.higherLanes(lctx, lanes)
 	started := 0
-	for name, k := range s.plan(lanes, n) {
-		got := s.take(lctx, name, k)
-		started += got
-		s.tookKnown(name, k, got)
+	for started < n {
+		short := false
+		for name, k := range s.plan(lanes, n-started) {
+			got := s.take(lctx, name, k)
+			started += got
+			s.tookKnown(name, k, got)
+			if got < k {
+				short = true
+				i := slices.IndexFunc(lanes, func(l waitingLane) bool { return l.name == name })
+				lanes[i].waiting = 0
+			}
+		}
+		if !short {
+			break
+		}
 	}
 	return started
+}
+
+// higherLanes adds to lanes those of a higher priority than the best of
+// lanes with runs waiting that hold runs on the queue stream (its leader
+// answers at once, unlike the consumers' listing), each with as many
+// waiting as it holds: some may be in flight, which a take finds out.
+func (s *scheduler) higherLanes(ctx context.Context, lanes []waitingLane) []waitingLane {
+	best := -1
+	for _, l := range lanes {
+		if l.waiting > 0 && (best < 0 || l.rank < best) {
+			best = l.rank
+		}
+	}
+	w := s.w
+	for _, p := range []events.Priority{events.PriorityHigh, events.PriorityNormal} {
+		if p.Rank() >= best {
+			break
+		}
+		info, err := w.res.Queue.Info(ctx, jetstream.WithSubjectFilter(w.names.LaneSubject(p, "*", "*")))
+		if err != nil {
+			w.log.Debug().Err(err).Msg("list the subjects of the lanes of a higher priority")
+			return lanes
+		}
+		for subj, runs := range info.State.Subjects {
+			f, _, ok := w.names.LaneOfSubject(subj)
+			if !ok {
+				continue
+			}
+			name := w.names.LaneConsumer(f)
+			i := slices.IndexFunc(lanes, func(l waitingLane) bool { return l.name == name })
+			if i < 0 {
+				lanes = append(lanes, waitingLane{lane: f, name: name, rank: f.Priority.Rank()})
+				i = len(lanes) - 1
+			}
+			lanes[i].waiting += int(runs)
+		}
+	}
+	return lanes
 }
 
 // tookKnown counts got runs taken of k asked from lane name in the

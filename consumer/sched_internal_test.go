@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
@@ -24,6 +25,20 @@ import (
 // for a listing that late.
 func TestLateLaneListingDoesNotHoldRuns(t *testing.T) {
 	t.Parallel()
+	_, _, client := lateListingWorker(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := client.Submit(ctx, events.RunRequest{RunID: "late-listing-1", Model: "m", Input: json.RawMessage(`"hi"`)}); err != nil {
+		t.Fatal(err)
+	}
+	startedAt(ctx, t, client, "late-listing-1")
+}
+
+// lateListingWorker runs a worker of the given concurrency (0: the
+// default) whose every listing of the lanes is as late as the server's
+// bound, and later.
+func lateListingWorker(t *testing.T, concurrency int) (*Worker, *nats.Conn, *events.Client) {
+	t.Helper()
 	_, nc := natsembed.RunTest(t)
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
 	t.Cleanup(emu.Close)
@@ -31,11 +46,10 @@ func TestLateLaneListingDoesNotHoldRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(nc, up, Config{WorkerID: "late-listing"})
+	w, err := New(nc, up, Config{WorkerID: "late-listing", Concurrency: concurrency})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every listing is as late as the server's bound, and later.
 	list := w.sched.listConsumers
 	w.sched.listConsumers = func(ctx context.Context) jetstream.ConsumerInfoLister {
 		select {
@@ -55,26 +69,65 @@ func TestLateLaneListingDoesNotHoldRuns(t *testing.T) {
 			t.Error("the worker did not stop")
 		}
 	})
-
 	client, err := events.NewClient(nc, events.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	return w, nc, client
+}
+
+// A lane another worker filled while the listing is late is one this
+// worker has not heard of. It must not start runs of a lower priority
+// while runs wait in a higher one: it asks the queue stream, whose leader
+// answers at once, which lanes of a higher priority hold runs.
+func TestLateListingTakesHigherLanesFirst(t *testing.T) {
+	t.Parallel()
+	w, nc, client := lateListingWorker(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = client.Submit(wctx, events.RunRequest{RunID: "late-listing-1", Model: "m", Input: json.RawMessage(`"hi"`)})
+
+	// Another worker moved a high-priority run to its lane and created
+	// the lane's consumer.
+	high := events.Fairness{Priority: events.PriorityHigh, Key: "other"}
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	watch := client.Watch(wctx, "late-listing-1", events.WatchOptions{})
+	body, err := json.Marshal(events.RunRequest{RunID: "late-high", Model: "m", Input: json.RawMessage(`"hi"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, w.names.LaneSubject(high.Priority, high.Key, "late-high"), body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, w.names.QueueStream(), events.LaneConsumerConfig(w.names, w.cfg.Provision, high)); err != nil {
+		t.Fatal(err)
+	}
+	// This worker moves a low-priority run itself, so it knows that lane.
+	if _, err := client.Submit(ctx, events.RunRequest{RunID: "late-low", Model: "m", Input: json.RawMessage(`"hi"`), Priority: events.PriorityLow}); err != nil {
+		t.Fatal(err)
+	}
+
+	highStart := startedAt(ctx, t, client, "late-high")
+	lowStart := startedAt(ctx, t, client, "late-low")
+	if lowStart.Before(highStart) {
+		t.Fatalf("the low-priority run started at %s, before the high-priority run waiting since before it (%s)",
+			lowStart.Format(time.RFC3339Nano), highStart.Format(time.RFC3339Nano))
+	}
+}
+
+// startedAt waits for run id's run.started and returns its time.
+func startedAt(ctx context.Context, t *testing.T, client *events.Client, id string) time.Time {
+	t.Helper()
+	watch := client.Watch(ctx, id, events.WatchOptions{})
 	defer watch.Close()
 	for {
-		ev, err := watch.Next(wctx)
+		ev, err := watch.Next(ctx)
 		if err != nil {
-			t.Fatalf("no run.started while the lanes' listing is late: %v", err)
+			t.Fatalf("no run.started for %s while the lanes' listing is late: %v", id, err)
 		}
 		if ev.Type == events.TypeRunStarted {
-			return
+			return ev.Time
 		}
 	}
 }
