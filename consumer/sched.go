@@ -441,11 +441,8 @@ func (s *scheduler) takeKnown(ctx context.Context, n int) int {
 	s.mu.Lock()
 	lanes := slices.Clone(s.lastWaiting)
 	for name, m := range s.moved {
-		i := slices.IndexFunc(lanes, func(l waitingLane) bool { return l.name == name })
-		if i < 0 {
-			lanes = append(lanes, waitingLane{lane: m.lane, name: name, rank: m.lane.Priority.Rank()})
-			i = len(lanes) - 1
-		}
+		var i int
+		lanes, i = withLane(lanes, m.lane, name)
 		lanes[i].waiting += m.runs
 	}
 	s.mu.Unlock()
@@ -461,8 +458,7 @@ func (s *scheduler) takeKnown(ctx context.Context, n int) int {
 			s.tookKnown(name, k, got)
 			if got < k {
 				short = true
-				i := slices.IndexFunc(lanes, func(l waitingLane) bool { return l.name == name })
-				lanes[i].waiting = 0
+				lanes[laneIndex(lanes, name)].waiting = 0
 			}
 		}
 		if !short {
@@ -499,15 +495,26 @@ func (s *scheduler) higherLanes(ctx context.Context, lanes []waitingLane) []wait
 				continue
 			}
 			name := w.names.LaneConsumer(f)
-			i := slices.IndexFunc(lanes, func(l waitingLane) bool { return l.name == name })
-			if i < 0 {
-				lanes = append(lanes, waitingLane{lane: f, name: name, rank: f.Priority.Rank()})
-				i = len(lanes) - 1
-			}
+			var i int
+			lanes, i = withLane(lanes, f, name)
 			lanes[i].waiting += int(runs)
 		}
 	}
 	return lanes
+}
+
+// laneIndex is the index of lane name in lanes, or -1.
+func laneIndex(lanes []waitingLane, name string) int {
+	return slices.IndexFunc(lanes, func(l waitingLane) bool { return l.name == name })
+}
+
+// withLane returns lanes with lane f (consumer name) in it, appended with
+// none waiting if it was not, and its index.
+func withLane(lanes []waitingLane, f events.Fairness, name string) ([]waitingLane, int) {
+	if i := laneIndex(lanes, name); i >= 0 {
+		return lanes, i
+	}
+	return append(lanes, waitingLane{lane: f, name: name, rank: f.Priority.Rank()}), len(lanes)
 }
 
 // tookKnown counts got runs taken of k asked from lane name in the
@@ -515,7 +522,7 @@ func (s *scheduler) higherLanes(ctx context.Context, lanes []waitingLane) []wait
 func (s *scheduler) tookKnown(name string, k, got int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := slices.IndexFunc(s.lastWaiting, func(l waitingLane) bool { return l.name == name })
+	i := laneIndex(s.lastWaiting, name)
 	if got < k {
 		if i >= 0 {
 			s.lastWaiting[i].waiting = 0
