@@ -34,9 +34,16 @@ type scheduler struct {
 	// listing began (with the listing generation of the move).
 	lastWaiting []waitingLane
 	moved       map[string]movedTo
+	// higherSeq is the stream sequence of the newest run in a lane of a
+	// higher priority that higherLanes has added to lastWaiting since the
+	// last listing; 0: none.
+	higherSeq uint64
 
 	// listConsumers lists the queue stream's consumers (a test holds it).
 	listConsumers func(context.Context) jetstream.ConsumerInfoLister
+	// listSubjects counts the runs of each queue subject filter matches
+	// (a test counts its calls).
+	listSubjects func(ctx context.Context, filter string) (map[string]uint64, error)
 }
 
 // laneEnsureEvery is how long a lane consumer this worker created or
@@ -58,6 +65,13 @@ func newScheduler(w *Worker) *scheduler {
 		probed:        make(map[string]time.Time),
 		moved:         make(map[string]movedTo),
 		listConsumers: func(ctx context.Context) jetstream.ConsumerInfoLister { return w.res.Queue.ListConsumers(ctx) },
+		listSubjects: func(ctx context.Context, filter string) (map[string]uint64, error) {
+			info, err := w.res.Queue.Info(ctx, jetstream.WithSubjectFilter(filter))
+			if err != nil {
+				return nil, err
+			}
+			return info.State.Subjects, nil
+		},
 	}
 }
 
@@ -375,6 +389,7 @@ func (s *scheduler) listed(l *listing) {
 		return
 	}
 	s.lastWaiting = slices.Clone(l.waiting)
+	s.higherSeq = 0
 	for name, m := range s.moved {
 		if m.gen < l.gen { // the listing saw it
 			delete(s.moved, name)
@@ -438,17 +453,12 @@ func (s *scheduler) fetch(ctx context.Context, n int) int {
 // unknown to this one: higherLanes adds those of a higher priority than
 // the best it knows, so that it does not start runs out of order.
 func (s *scheduler) takeKnown(ctx context.Context, n int) int {
-	s.mu.Lock()
-	lanes := slices.Clone(s.lastWaiting)
-	for name, m := range s.moved {
-		var i int
-		lanes, i = withLane(lanes, m.lane, name)
-		lanes[i].waiting += m.runs
-	}
-	s.mu.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	lanes = s.higherLanes(lctx, lanes)
+	s.higherLanes(lctx)
+	s.mu.Lock()
+	lanes := s.knownLanes()
+	s.mu.Unlock()
 	started := 0
 	for started < n {
 		short := false
@@ -468,39 +478,78 @@ func (s *scheduler) takeKnown(ctx context.Context, n int) int {
 	return started
 }
 
-// higherLanes adds to lanes those of a higher priority than the best of
-// lanes with runs waiting that hold runs on the queue stream (its leader
-// answers at once, unlike the consumers' listing), each with as many
-// waiting as it holds: some may be in flight, which a take finds out.
-func (s *scheduler) higherLanes(ctx context.Context, lanes []waitingLane) []waitingLane {
+// knownLanes is lastWaiting with the lanes this worker moved runs to
+// since. Called with mu held.
+func (s *scheduler) knownLanes() []waitingLane {
+	lanes := slices.Clone(s.lastWaiting)
+	for name, m := range s.moved {
+		var i int
+		lanes, i = withLane(lanes, m.lane, name)
+		lanes[i].waiting += m.runs
+	}
+	return lanes
+}
+
+// higherLanes adds to lastWaiting the lanes of a higher priority than the
+// best of those known with runs waiting that hold runs on the queue
+// stream, whose leader answers at once, unlike the consumers' listing;
+// each with as many waiting as it holds (some may be in flight, which a
+// take finds out). It lists their subjects only when the newest run in
+// them is newer than the last it added: a poll costs one message get per
+// priority above.
+func (s *scheduler) higherLanes(ctx context.Context) {
+	s.mu.Lock()
 	best := -1
-	for _, l := range lanes {
+	for _, l := range s.knownLanes() {
 		if l.waiting > 0 && (best < 0 || l.rank < best) {
 			best = l.rank
 		}
 	}
+	since := s.higherSeq
+	s.mu.Unlock()
 	w := s.w
+	var filters []string
+	newest := uint64(0)
 	for _, p := range []events.Priority{events.PriorityHigh, events.PriorityNormal} {
 		if p.Rank() >= best {
 			break
 		}
-		info, err := w.res.Queue.Info(ctx, jetstream.WithSubjectFilter(w.names.LaneSubject(p, "*", "*")))
+		filter := w.names.LaneSubject(p, "*", "*")
+		m, err := w.res.Queue.GetLastMsgForSubject(ctx, filter)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			continue
+		case err != nil:
+			w.log.Debug().Err(err).Msg("read the newest run of the lanes of a higher priority")
+			return
+		}
+		filters = append(filters, filter)
+		newest = max(newest, m.Sequence)
+	}
+	if newest <= since {
+		return
+	}
+	held := make(map[events.Fairness]int)
+	for _, filter := range filters {
+		subjects, err := s.listSubjects(ctx, filter)
 		if err != nil {
 			w.log.Debug().Err(err).Msg("list the subjects of the lanes of a higher priority")
-			return lanes
+			return
 		}
-		for subj, runs := range info.State.Subjects {
-			f, _, ok := w.names.LaneOfSubject(subj)
-			if !ok {
-				continue
+		for subj, runs := range subjects {
+			if f, _, ok := w.names.LaneOfSubject(subj); ok {
+				held[f] += int(runs)
 			}
-			name := w.names.LaneConsumer(f)
-			var i int
-			lanes, i = withLane(lanes, f, name)
-			lanes[i].waiting += int(runs)
 		}
 	}
-	return lanes
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for f, runs := range held {
+		var i int
+		s.lastWaiting, i = withLane(s.lastWaiting, f, w.names.LaneConsumer(f))
+		s.lastWaiting[i].waiting = max(s.lastWaiting[i].waiting, runs)
+	}
+	s.higherSeq = max(s.higherSeq, newest)
 }
 
 // laneIndex is the index of lane name in lanes, or -1.

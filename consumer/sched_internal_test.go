@@ -3,11 +3,13 @@ package consumer
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
@@ -130,4 +132,66 @@ func startedAt(ctx context.Context, t *testing.T, client *events.Client, id stri
 			return ev.Time
 		}
 	}
+}
+
+// While the listing is late, a poll lists the subjects of the lanes of a
+// higher priority only when a run newer than those it added came, or a
+// listing came since: otherwise one message get per priority above.
+func TestHigherLanesListedOnlyWhenNewRunsCame(t *testing.T) {
+	t.Parallel()
+	w := relayWorker(t)
+	w.log = zerolog.Nop()
+	s := newScheduler(w)
+	lists := 0
+	list := s.listSubjects
+	s.listSubjects = func(ctx context.Context, filter string) (map[string]uint64, error) {
+		lists++
+		return list(ctx, filter)
+	}
+	low := events.Fairness{Priority: events.PriorityLow, Key: "mine"}
+	known := []waitingLane{{lane: low, name: w.names.LaneConsumer(low), waiting: 3, rank: low.Priority.Rank()}}
+	s.lastWaiting = slices.Clone(known)
+	queue := func(f events.Fairness, runID string) {
+		t.Helper()
+		if _, err := w.js.Publish(t.Context(), w.names.LaneSubject(f.Priority, f.Key, runID), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting := func(f events.Fairness) int {
+		t.Helper()
+		i := laneIndex(s.lastWaiting, w.names.LaneConsumer(f))
+		if i < 0 {
+			t.Fatalf("lane %v not among the known lanes: %+v", f, s.lastWaiting)
+		}
+		return s.lastWaiting[i].waiting
+	}
+	check := func(what string, wantLists int) {
+		t.Helper()
+		s.higherLanes(t.Context())
+		if lists != wantLists {
+			t.Fatalf("%s: %d listings of the higher lanes' subjects, want %d", what, lists, wantLists)
+		}
+	}
+
+	check("no run of a higher priority", 0)
+	a := events.Fairness{Priority: events.PriorityHigh, Key: "a"}
+	queue(a, "h1")
+	queue(a, "h2")
+	check("two runs in a new high lane", 1)
+	if got := waiting(a); got != 2 {
+		t.Fatalf("lane %v: %d waiting, want 2", a, got)
+	}
+	s.tookKnown(w.names.LaneConsumer(a), 2, 0) // taken by others meanwhile
+	check("nothing new", 1)
+	if got := waiting(a); got != 0 {
+		t.Fatalf("lane %v found empty by a take: %d waiting, want 0", a, got)
+	}
+	b := events.Fairness{Priority: events.PriorityNormal, Key: "b"}
+	queue(b, "n1")
+	check("a run in a new normal lane", 3) // both priorities above low hold runs
+	if waiting(a) != 2 || waiting(b) != 1 {
+		t.Fatalf("after a new run: lanes %v %d and %v %d waiting, want 2 and 1", a, waiting(a), b, waiting(b))
+	}
+	s.listed(&listing{gen: 1, waiting: slices.Clone(known)})
+	check("a listing came", 5)
 }
