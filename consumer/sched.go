@@ -184,6 +184,9 @@ func (s *scheduler) probe(ctx context.Context, lanes []string, n int) int {
 	s.mu.Unlock()
 	started := 0
 	for _, name := range due {
+		if started == n {
+			break
+		}
 		share := (n*s.laneWeight(name) + total - 1) / total
 		started += s.take(ctx, name, min(share, n-started))
 	}
@@ -593,6 +596,9 @@ func (s *scheduler) tookKnown(name string, k, got int) {
 // take fetches up to k jobs from lane name without waiting and starts a
 // run for each; it returns how many.
 func (s *scheduler) take(ctx context.Context, name string, k int) int {
+	if k <= 0 {
+		return 0 // a pull of none is refused
+	}
 	w := s.w
 	c, err := s.consumer(ctx, name)
 	if err != nil {

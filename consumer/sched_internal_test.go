@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +195,47 @@ func TestHigherLanesListedOnlyWhenNewRunsCame(t *testing.T) {
 	}
 	s.listed(&listing{gen: 1, waiting: slices.Clone(known)})
 	check("a listing came", 5)
+}
+
+// A lane asked for no runs is not fetched from: a pull of none is an
+// error (nats: batch size must be at least 1), and a failed fetch costs
+// the poll a pause. probe asked its last due lanes for none once the first
+// had filled the slots: after a NATS restart, with many lanes' jobs due
+// again, each poll paused for each of them, and runs of a lower priority
+// started first meanwhile (chaos: 7 runs out of order by up to 1.5 s).
+func TestTakeOfNoneFetchesNothing(t *testing.T) {
+	t.Parallel()
+	_, nc := natsembed.RunTest(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := events.NewNames("")
+	res, err := Provision(t.Context(), js, names, ProvisionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := foundry.New(foundry.Config{BaseURL: "http://127.0.0.1:1/openai/v1/", APIKey: "unused"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(nc, up, Config{WorkerID: "take-none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.res = res
+	var logs strings.Builder
+	w.log = zerolog.New(&logs)
+	f := events.Fairness{Priority: events.PriorityNormal, Key: "k"}
+	if _, err := res.Queue.CreateOrUpdateConsumer(t.Context(), events.LaneConsumerConfig(names, ProvisionConfig{}, f)); err != nil {
+		t.Fatal(err)
+	}
+	s := newScheduler(w)
+	start := time.Now()
+	if got := s.take(t.Context(), names.LaneConsumer(f), 0); got != 0 {
+		t.Fatalf("take of none started %d runs", got)
+	}
+	if took := time.Since(start); logs.Len() > 0 || took >= 250*time.Millisecond {
+		t.Fatalf("take of none took %s and logged %q", took, logs.String())
+	}
 }
