@@ -89,7 +89,7 @@ func relayWorker(tb testing.TB) *Worker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &Worker{js: js, pub: js, res: res, names: names, m: newMetrics(nil, nil), maxText: eventTextLimit(nc.MaxPayload()),
+	w := &Worker{nc: nc, js: js, pub: js, res: res, names: names, m: newMetrics(nil, nil), maxText: eventTextLimit(nc.MaxPayload()),
 		drainers: newDrainers(), stopping: make(chan struct{})}
 	tb.Cleanup(w.drainers.close)
 	return w

@@ -205,29 +205,12 @@ func TestHigherLanesListedOnlyWhenNewRunsCame(t *testing.T) {
 // started first meanwhile (chaos: 7 runs out of order by up to 1.5 s).
 func TestTakeOfNoneFetchesNothing(t *testing.T) {
 	t.Parallel()
-	_, nc := natsembed.RunTest(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, _ := events.NewNames("")
-	res, err := Provision(t.Context(), js, names, ProvisionConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, err := foundry.New(foundry.Config{BaseURL: "http://127.0.0.1:1/openai/v1/", APIKey: "unused"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := New(nc, up, Config{WorkerID: "take-none"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.res = res
+	w := relayWorker(t)
+	names := w.names
 	var logs strings.Builder
 	w.log = zerolog.New(&logs)
 	f := events.Fairness{Priority: events.PriorityNormal, Key: "k"}
-	if _, err := res.Queue.CreateOrUpdateConsumer(t.Context(), events.LaneConsumerConfig(names, ProvisionConfig{}, f)); err != nil {
+	if _, err := w.res.Queue.CreateOrUpdateConsumer(t.Context(), events.LaneConsumerConfig(names, ProvisionConfig{}, f)); err != nil {
 		t.Fatal(err)
 	}
 	s := newScheduler(w)
