@@ -30,8 +30,9 @@ type scheduler struct {
 	list      *listing // the lanes' listing in flight, if any
 	listGen   int      // listings started so far
 	// Between listings, for takeKnown: the lanes the last listing found
-	// runs waiting in, and those this worker moved runs to since the last
-	// listing began (with the listing generation of the move).
+	// runs waiting in (and those of a higher priority higherLanes found
+	// since), and those this worker moved runs to since the last listing
+	// began (with the listing generation of the move).
 	lastWaiting []waitingLane
 	moved       map[string]movedTo
 	// higherSeq is the stream sequence of the newest run in a lane of a

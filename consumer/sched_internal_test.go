@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -28,7 +27,7 @@ import (
 // for a listing that late.
 func TestLateLaneListingDoesNotHoldRuns(t *testing.T) {
 	t.Parallel()
-	_, _, client := lateListingWorker(t, 0)
+	_, client := lateListingWorker(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := client.Submit(ctx, events.RunRequest{RunID: "late-listing-1", Model: "m", Input: json.RawMessage(`"hi"`)}); err != nil {
@@ -40,7 +39,7 @@ func TestLateLaneListingDoesNotHoldRuns(t *testing.T) {
 // lateListingWorker runs a worker of the given concurrency (0: the
 // default) whose every listing of the lanes is as late as the server's
 // bound, and later.
-func lateListingWorker(t *testing.T, concurrency int) (*Worker, *nats.Conn, *events.Client) {
+func lateListingWorker(t *testing.T, concurrency int) (*Worker, *events.Client) {
 	t.Helper()
 	_, nc := natsembed.RunTest(t)
 	emu := foundrytest.NewServer(foundrytest.Config{APIKey: "k"})
@@ -76,7 +75,7 @@ func lateListingWorker(t *testing.T, concurrency int) (*Worker, *nats.Conn, *eve
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w, nc, client
+	return w, client
 }
 
 // A lane another worker filled while the listing is late is one this
@@ -85,17 +84,14 @@ func lateListingWorker(t *testing.T, concurrency int) (*Worker, *nats.Conn, *eve
 // answers at once, which lanes of a higher priority hold runs.
 func TestLateListingTakesHigherLanesFirst(t *testing.T) {
 	t.Parallel()
-	w, nc, client := lateListingWorker(t, 1)
+	w, client := lateListingWorker(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	// Another worker moved a high-priority run to its lane and created
 	// the lane's consumer.
 	high := events.Fairness{Priority: events.PriorityHigh, Key: "other"}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := w.js
 	body, err := json.Marshal(events.RunRequest{RunID: "late-high", Model: "m", Input: json.RawMessage(`"hi"`)})
 	if err != nil {
 		t.Fatal(err)
