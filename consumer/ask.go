@@ -367,8 +367,10 @@ func waitingEnd(s *events.RunState, end events.RunEvent) events.RunEvent {
 // endWaiting ends a waiting run whose deadline (run.cancelled, reason
 // timeout) or input deadline (run.failed input_timeout) has passed
 // (endJobless: its job was acked when it paused); a run whose deadlines
-// have not passed, or that no longer waits, is left alone.
-func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunState) {
+// have not passed, or that no longer waits, is left alone. It reports
+// whether the run is settled: not if its end could not be stored or
+// recorded (NATS unavailable, the store full), to be tried again.
+func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunState) bool {
 	now := time.Now().UTC()
 	var rec *events.CancelRecord
 	end := events.RunEvent{RunID: runID, Time: now}
@@ -381,12 +383,12 @@ func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunStat
 			len(st.Asked), st.WaitingSince.Format(time.RFC3339)))
 		end.RunID, end.Time = runID, now
 	default:
-		return
+		return true
 	}
 	pos, err := w.tail(ctx, runID)
 	if err != nil {
-		w.log.Warn().Err(err).Str("run_id", runID).Msg("read the last event of a waiting run past its deadline; retried on its next write")
-		return
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("read the last event of a waiting run past its deadline; tried again")
+		return false
 	}
 	end.Seq = pos.Seq + 1
 	st, err = w.endJobless(ctx, joblessEnding{
@@ -403,10 +405,12 @@ func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunStat
 		},
 	})
 	if err != nil {
-		if !isDecision(err) {
-			w.log.Warn().Err(err).Str("run_id", runID).Msg("end a waiting run past its deadline")
+		if isDecision(err) {
+			return true
 		}
-		return
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("end a waiting run past its deadline; tried again")
+		return false
 	}
 	w.log.Info().Str("run_id", runID).Str("type", string(st.End.Type)).Msg("waiting run ended: its deadline passed")
+	return true
 }

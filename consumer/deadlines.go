@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/foundryq/foundryq/events"
+	"github.com/foundryq/foundryq/internal/jserr"
 	"github.com/foundryq/foundryq/internal/retry"
 )
 
@@ -49,7 +51,7 @@ const readBatch = 256
 // written or read. Safe for concurrent use.
 type deadlines struct {
 	mu  sync.Mutex
-	due map[string]time.Time
+	due map[string]deadline
 	// reads counts the reads of every record under way; heard holds the
 	// runs whose record was written while one was: what the read finds
 	// for them may be older than what was heard.
@@ -103,30 +105,83 @@ func (d *deadlines) len() int {
 	return len(d.due)
 }
 
+// deadline is a run's deadline as a worker holds it, with its enforcement
+// by this worker.
+type deadline struct {
+	due      time.Time
+	inflight bool      // an enforcement is under way
+	tries    int       // enforcements that did not settle the run
+	next     time.Time // when the next may start; zero before the first
+	// called is the response this worker cancelled upstream while the
+	// run's record could not be written: it is not called again.
+	called string
+}
+
+// enforceRetry is the first wait before an enforcement that did not settle
+// the run is tried again; it doubles up to maxEnforceRetry.
+const (
+	enforceRetry    = time.Second
+	maxEnforceRetry = 10 * time.Second
+)
+
 func (d *deadlines) set(runID string, due *time.Time) {
 	if due == nil {
 		delete(d.due, runID)
 		return
 	}
 	if d.due == nil {
-		d.due = make(map[string]time.Time)
+		d.due = make(map[string]deadline)
 	}
-	d.due[runID] = *due
+	if dl, ok := d.due[runID]; ok && dl.due.Equal(*due) {
+		return // the same deadline: its enforcement goes on
+	}
+	d.due[runID] = deadline{due: *due}
 }
 
-// passed removes and returns the runs whose deadline passed more than
-// deadlineGrace before now.
-func (d *deadlines) passed(now time.Time) []string {
+// passed returns the runs whose deadline passed more than deadlineGrace
+// before now and are due an enforcement (none under way, the wait after
+// the last one over), and marks those under way. They stay held until
+// enforced says their enforcement settled them, or a write says they are
+// finished.
+func (d *deadlines) passed(now time.Time) map[string]deadline {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var ids []string
-	for id, due := range d.due {
-		if now.Sub(due) >= deadlineGrace {
-			ids = append(ids, id)
-			delete(d.due, id)
+	var due map[string]deadline
+	for id, dl := range d.due {
+		if now.Sub(dl.due) >= deadlineGrace && !dl.inflight && !now.Before(dl.next) {
+			if due == nil {
+				due = make(map[string]deadline)
+			}
+			due[id] = dl
+			dl.inflight = true
+			d.due[id] = dl
 		}
 	}
-	return ids
+	return due
+}
+
+// enforced ends an enforcement of runID's deadline due: the deadline is
+// forgotten if it settled the run (the timeout is recorded, or there is
+// nothing to enforce), else tried again after a wait; called is the
+// response cancelled upstream meanwhile, if any. A deadline a write has
+// changed since is left as the write set it.
+func (d *deadlines) enforced(runID string, due time.Time, settled bool, called string, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dl, ok := d.due[runID]
+	switch {
+	case !ok || !dl.due.Equal(due):
+	case settled:
+		delete(d.due, runID)
+	default:
+		dl.inflight = false
+		dl.next = now.Add(min(enforceRetry<<min(dl.tries, 4), maxEnforceRetry))
+		dl.tries++
+		if called != "" {
+			dl.called = called
+		}
+		d.due[runID] = dl
+	}
 }
 
 // watchDeadlines follows the state records' writes and enforces passed
@@ -149,16 +204,18 @@ func (w *Worker) watchDeadlines() (func(), error) {
 			case <-done:
 				return
 			case now := <-t.C:
-				for _, id := range w.deadlines.passed(now) {
+				for id, dl := range w.deadlines.passed(now) {
 					if w.owned(id) != nil {
-						continue // its own timer ends it
+						w.deadlines.enforced(id, dl.due, true, "", now) // its own timer ends it
+						continue
 					}
 					slots <- struct{}{}
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
 						defer func() { <-slots }()
-						w.enforceDeadline(id)
+						settled, called := w.enforceDeadline(id, dl.called)
+						w.deadlines.enforced(id, dl.due, settled, called, time.Now())
 					}()
 				}
 			}
@@ -309,18 +366,30 @@ func (w *Worker) readDeadlines(ctx context.Context) (read, kept int, err error) 
 // enforceDeadline records a timeout cancel for a run whose deadline has
 // passed unenforced, and cancels its response upstream. Nothing is done if
 // the record says the run ended, has no deadline yet passed, or is being
-// cancelled already.
-func (w *Worker) enforceDeadline(runID string) {
+// cancelled already. When JetStream refuses the write for want of space,
+// the response is cancelled upstream all the same (the owner, if alive,
+// cannot record its own timeout either), unless this worker did already
+// (called): a response must not bill on because the store is full.
+//
+// It reports whether the run is settled; if not (NATS unavailable, the
+// store full) it is tried again after a wait. called is the response
+// cancelled upstream without a record of it.
+func (w *Worker) enforceDeadline(runID, called string) (settled bool, _ string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelCallTimeout)
 	defer cancel()
-	if st, exists, err := w.readState(ctx, runID); err == nil && exists && st.Status == events.StatusWaiting {
-		w.endWaiting(ctx, runID, st)
-		return
+	st, exists, err := w.readState(ctx, runID)
+	switch {
+	case err != nil:
+		return false, called
+	case !exists:
+		return true, called
+	case st.Status == events.StatusWaiting:
+		return w.endWaiting(ctx, runID, st), called
 	}
 	now := time.Now().UTC()
 	rec := events.CancelRecord{Reason: events.ReasonTimeout, Note: "deadline enforced by worker " + w.cfg.WorkerID, At: now}
 	won := false
-	st, err := w.states.Update(ctx, runID, func(s *events.RunState) error {
+	st, err = w.states.Update(ctx, runID, func(s *events.RunState) error {
 		won = false
 		if s.Deadline == nil || now.Before(*s.Deadline) || s.Cancel != nil || s.Finished() {
 			return errSkipUpdate
@@ -328,21 +397,44 @@ func (w *Worker) enforceDeadline(runID string) {
 		won = true
 		return recordCancel(s, true, rec)
 	})
-	if err != nil || !won {
-		return
+	switch {
+	case err == nil && !won:
+		return true, called
+	case err == nil:
+		w.m.deadlinesEnforced.Inc()
+		log := w.log.Warn().Str("run_id", runID).Str("owner", st.Owner).Time("deadline", *st.Deadline)
+		if st.ResponseID == "" {
+			log.Msg("run past its deadline unenforced; the timeout is recorded for its next owner")
+			return true, called
+		}
+		log.Str("response_id", st.ResponseID).Msg("run past its deadline unenforced; cancelling its response upstream")
+		if st.ResponseID != called {
+			w.cancelOnce(ctx, runID, st.ResponseID)
+		}
+		return true, called
+	case won && jserr.StoreFull(err) && st.ResponseID != "" && st.ResponseID != called:
+		w.log.Warn().Str("run_id", runID).Str("owner", st.Owner).Time("deadline", *st.Deadline).Str("response_id", st.ResponseID).
+			Msg("run past its deadline unenforced, and JetStream's store refuses the record of its timeout; cancelling its response upstream all the same")
+		if w.cancelOnce(ctx, runID, st.ResponseID) {
+			called = st.ResponseID
+		}
+		return false, called
 	}
-	w.m.deadlinesEnforced.Inc()
-	log := w.log.Warn().Str("run_id", runID).Str("owner", st.Owner).Time("deadline", *st.Deadline)
-	if st.ResponseID == "" {
-		log.Msg("run past its deadline unenforced; the timeout is recorded for its next owner")
-		return
-	}
-	log.Str("response_id", st.ResponseID).Msg("run past its deadline unenforced; cancelling its response upstream")
+	// The write refused (the store full, NATS unavailable): tried again.
+	return errors.Is(err, events.ErrStateNotFound) || errors.Is(err, events.ErrStateCorrupt), called
+}
+
+// cancelOnce calls Foundry's cancel once on responseID, the response of
+// runID, unless this worker is cancelling it already, and reports whether
+// Foundry took the call.
+func (w *Worker) cancelOnce(ctx context.Context, runID, responseID string) bool {
 	if !w.cancelling.start(runID) {
-		return
+		return false
 	}
 	defer w.cancelling.done(runID)
-	if _, err := w.up.Cancel(ctx, st.ResponseID); err != nil {
-		w.log.Warn().Err(err).Str("run_id", runID).Str("response_id", st.ResponseID).Msg("cancel the response of a run past its deadline; its next owner retries")
+	if _, err := w.up.Cancel(ctx, responseID); err != nil {
+		w.log.Warn().Err(err).Str("run_id", runID).Str("response_id", responseID).Msg("cancel the response of a run past its deadline")
+		return false
 	}
+	return true
 }

@@ -399,6 +399,84 @@ func TestDeadlineEnforcedWhileTheOwnerIsDead(t *testing.T) {
 	}
 }
 
+// A run's deadline reaches Foundry on time while its owner is dead and
+// JetStream's store is full: the other workers cannot record the timeout
+// (the write is refused), and cancel the response upstream all the same.
+// On main before this change they gave up on the refused write, and the
+// response ran on until the store had room and a new owner took the run
+// (the chaos run's "timed-out runs cancelled upstream late", its deadline
+// inside the store-full fault).
+func TestDeadlineEnforcedWhileTheOwnerIsDeadAndTheStoreFull(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withNATS(natsembed.Config{MaxStore: 48 << 20}), withProvision(consumer.ProvisionConfig{AckWait: 8 * time.Second}))
+	workers := map[string]*worker{}
+	for _, id := range []string{"fd1", "fd2"} {
+		workers[id] = e.startWorker(consumer.Config{WorkerID: id, ShutdownTimeout: time.Second, StoreFullTimeout: time.Minute})
+	}
+	for id, w := range workers {
+		testkit.Eventually(t, 20*time.Second, id+" to be ready", func() bool { return w.Ready(context.Background()) == nil })
+	}
+	req := request("full-dead", map[string]string{"emu_tokens": "5000", "emu_token_ms": "10"})
+	req.TimeoutSeconds = 20 // room to fill the store on a loaded machine
+	e.submit(req)
+	e.waitEvent("full-dead", events.TypeTextDelta, 20*time.Second)
+	doomed := workers[e.owner("full-dead")]
+	doomed.crash()
+	doomed.shutdown(t)
+	filler := testkit.FillStore(t, testCtx(t), e.js)
+	st := e.state("full-dead")
+	if st.Deadline == nil || st.ResponseID == "" || time.Until(*st.Deadline) < time.Second {
+		t.Fatalf("record %+v: want a response id and a deadline at least 1s ahead", st)
+	}
+
+	testkit.Eventually(t, time.Until(st.Deadline.Add(3*time.Second)), "the response to be cancelled upstream within 3s of the deadline", func() bool {
+		return e.emu.Records("full-dead")[0].Status == "cancelled"
+	})
+	t.Logf("response cancelled %s after the deadline", e.emu.Records("full-dead")[0].CancelledAt.Sub(*st.Deadline).Round(time.Millisecond))
+	if st := e.state("full-dead"); st.Cancel != nil {
+		t.Fatalf("record %+v: the cancel was recorded with the store full", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := filler.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := checkWellFormed(t, e.collect("full-dead", 60*time.Second))
+	if last.Type != events.TypeRunCancelled || last.Reason != events.ReasonTimeout {
+		t.Fatalf("run ended %+v, want run.cancelled timeout", last)
+	}
+}
+
+// A run's deadline reaches Foundry on time while JetStream's store is
+// full and its live owner cannot store its events nor record the timeout.
+func TestDeadlineReachesFoundryWhileTheStoreIsFull(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withNATS(natsembed.Config{MaxStore: 48 << 20}))
+	e.startWorker(consumer.Config{WorkerID: "full-live", StoreFullTimeout: time.Minute})
+	req := request("full-live", map[string]string{"emu_tokens": "5000", "emu_token_ms": "10"})
+	req.TimeoutSeconds = 20 // room to fill the store on a loaded machine
+	e.submit(req)
+	e.waitEvent("full-live", events.TypeTextDelta, 20*time.Second)
+	filler := testkit.FillStore(t, testCtx(t), e.js)
+	st := e.state("full-live")
+	if st.Deadline == nil || time.Until(*st.Deadline) < time.Second {
+		t.Fatalf("record %+v: want a deadline at least 1s ahead", st)
+	}
+	testkit.Eventually(t, time.Until(st.Deadline.Add(3*time.Second)), "the response to be cancelled upstream within 3s of the deadline", func() bool {
+		return e.emu.Records("full-live")[0].Status == "cancelled"
+	})
+	t.Logf("response cancelled %s after the deadline", e.emu.Records("full-live")[0].CancelledAt.Sub(*st.Deadline).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := filler.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := checkWellFormed(t, e.collect("full-live", 60*time.Second))
+	if last.Type != events.TypeRunCancelled || last.Reason != events.ReasonTimeout || last.UpstreamStatus != "cancelled" {
+		t.Fatalf("run ended %+v, want run.cancelled timeout, upstream cancelled", last)
+	}
+}
+
 // Every loss of ownership a worker logs is counted in
 // foundryq_runs_lost_ownership_total. On main before this change a run that
 // lost its ownership while it was ending (a cancel or deadline arrived
