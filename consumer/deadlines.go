@@ -275,15 +275,8 @@ func (w *Worker) readDeadlinesSoon() {
 // readDeadlinesLoop reads every record until a read succeeds with no
 // request made meanwhile, retrying failures with backoff, until shutdown.
 func (w *Worker) readDeadlinesLoop() {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := w.untilStopping()
 	defer cancel()
-	go func() {
-		select {
-		case <-w.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	b := retry.Backoff(250*time.Millisecond, 30*time.Second)
 	for {
 		n := w.deadlineReads.Load()

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/foundryq/foundryq/events"
 	"github.com/foundryq/foundryq/foundry"
 	"github.com/foundryq/foundryq/internal/jserr"
+	"github.com/foundryq/foundryq/internal/retry"
 )
 
 // Ways a run ends: each builds an ending for end (run.go).
@@ -86,20 +88,48 @@ type joblessEnding struct {
 
 // endJobless ends a run whose job no worker holds: the end is recorded,
 // then the terminal event the record holds is published and the end
-// counted. It returns the record, or the error of the record's write.
+// counted. It returns the record, or the error of the record's write. An
+// event not stored now (NATS unavailable, the store or the run's subject
+// full) is tried again in the background until it is, or the worker
+// stops: with the end recorded, nothing else may store it (a waiting run
+// has no job whose next delivery would).
 func (w *Worker) endJobless(ctx context.Context, e joblessEnding) (events.RunState, error) {
 	st, err := e.record()
 	if err != nil {
 		return st, err
 	}
-	if err := w.publishEnd(ctx, e.runID, e.pos, *st.End, w.log.With().Str("run_id", e.runID).Logger()); err != nil {
-		w.log.Warn().Err(err).Str("run_id", e.runID).Msg("publish " + e.what)
+	log := w.log.With().Str("run_id", e.runID).Logger()
+	if err := w.publishEnd(ctx, e.runID, e.pos, *st.End, log); err != nil {
+		log.Warn().Err(err).Msg("publish " + e.what + "; tried again")
+		w.background(func() { w.publishEndLater(e, *st.End, log) })
 	}
 	w.m.runEnded(*st.End, e.submitted)
 	if st.Usage != nil {
 		w.countKeyTokens(st, st.Usage.TotalTokens)
 	}
 	return st, nil
+}
+
+// publishEndLater stores a jobless run's terminal event end (endJobless),
+// trying again with backoff until it is stored, another worker stored an
+// event on the run's subject since (its own repair: the fence refuses this
+// one), or the worker stops.
+func (w *Worker) publishEndLater(e joblessEnding, end events.RunEvent, log zerolog.Logger) {
+	ctx, cancel := w.untilStopping()
+	defer cancel()
+	b := retry.Backoff(time.Second, 30*time.Second)
+	for retry.Sleep(ctx, b.NextBackOff()) {
+		pctx, cancel := context.WithTimeout(ctx, cancelCallTimeout)
+		err := w.publishEnd(pctx, e.runID, e.pos, end, log)
+		cancel()
+		switch {
+		case err == nil:
+			log.Info().Msg("published " + e.what)
+			return
+		case errors.Is(err, ErrLostOwnership):
+			return
+		}
+	}
 }
 
 // recorded is what a run's record holds and its events may lack: the

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
@@ -91,6 +93,54 @@ func TestWaitingDeadlinesAfterAReconnect(t *testing.T) {
 	cut.set(false)
 
 	end := checkWellFormed(t, e.collect(req.RunID, 30*time.Second))
+	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeInputTimeout {
+		t.Fatalf("%s ended %+v, want run.failed input_timeout", req.RunID, end)
+	}
+}
+
+// A waiting run whose deadline passed is ended by a worker that records
+// the end, then stores the terminal event: when the event is refused after
+// the record was written, it is stored once the stream takes it again.
+// On main before this change it was never stored (the record says the run
+// ended, so nothing tried again): a client following the run waited for
+// ever.
+func TestWaitingRunsEndStoredOnceTheStreamTakesIt(t *testing.T) {
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	e.startWorker(consumer.Config{WorkerID: "ender", Registerer: reg})
+	req := askingRequest("ask-end-refused")
+	req.InputTimeoutSeconds = 3
+	e.submit(req)
+	e.waitEvent(req.RunID, events.TypeInputRequired, 20*time.Second)
+	ctx := testCtx(t)
+	stream, err := e.js.Stream(ctx, e.client.Names().EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(e.client.Names().EventSubject(req.RunID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run's subject takes no more events, the state bucket still does.
+	open := info.Config
+	full := open
+	full.MaxMsgsPerSubject = int64(info.State.Subjects[e.client.Names().EventSubject(req.RunID)])
+	full.Discard, full.DiscardNewPerSubject = jetstream.DiscardNew, true
+	if _, err := e.js.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	// Counted once the worker gave up storing the event (10s).
+	testkit.Eventually(t, 60*time.Second, "the run's end to be recorded and counted", func() bool {
+		v, _ := metricValue(t, reg, "foundryq_runs_finished_total", "type", string(events.TypeRunFailed))
+		return v == 1
+	})
+	if st := e.state(req.RunID); !st.Finished() {
+		t.Fatalf("record %+v: want the run's end recorded", st)
+	}
+	if _, err := e.js.UpdateStream(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	end := checkWellFormed(t, e.collect(req.RunID, 60*time.Second))
 	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeInputTimeout {
 		t.Fatalf("%s ended %+v, want run.failed input_timeout", req.RunID, end)
 	}

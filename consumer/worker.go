@@ -495,6 +495,20 @@ func (w *Worker) unregister(r *run) {
 	}
 }
 
+// untilStopping returns a context that ends when shutdown starts, or when
+// cancel is called.
+func (w *Worker) untilStopping() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-w.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // isStopping reports whether shutdown has started.
 func (w *Worker) isStopping() bool {
 	select {
