@@ -25,7 +25,10 @@ import (
 // its record (compare-and-set: one worker wins, and none if the owner
 // recorded its own) and, if the record names a response, calls Foundry's
 // cancel. The run's terminal event follows when its job is delivered
-// again: the next owner finds the cancel on record.
+// again: the next owner finds the cancel on record. A write JetStream
+// refuses for want of space does not hold the cancel up: Foundry is
+// called all the same, once, and the record tried again, like any
+// enforcement that does not settle the run.
 //
 // A record that is not written again is not heard again: a waiting run's
 // record stays as it is until an answer comes, and a streaming run's owner
