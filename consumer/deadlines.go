@@ -367,10 +367,10 @@ func (w *Worker) readDeadlines(ctx context.Context) (read, kept int, err error) 
 // cannot record its own timeout either), unless this worker did already
 // (called): a response must not bill on because the store is full.
 //
-// It reports whether the run is settled; if not (NATS unavailable, the
-// store full) it is tried again after a wait. called is the response
-// cancelled upstream without a record of it.
-func (w *Worker) enforceDeadline(runID, called string) (settled bool, _ string) {
+// It reports whether the run is settled (if not: NATS unavailable, the
+// store full; it is tried again after a wait), and the response cancelled
+// upstream without a record of it: called, or the one it cancelled now.
+func (w *Worker) enforceDeadline(runID, called string) (bool, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelCallTimeout)
 	defer cancel()
 	st, exists, err := w.readState(ctx, runID)
