@@ -71,9 +71,11 @@ func (r *run) logEnd(ev events.RunEvent, upstreamStatus string) {
 //   - a waiting run past its deadline or its input deadline (endWaiting,
 //     ask.go): its job was acked when the run paused.
 //
-// Both hand one joblessEnding to endJobless. Every other end is a run's
-// ending handed to run.end, which settles the job (run.settle, the one
-// place that acks, naks or terms one). lifecycle_doc_test.go checks both.
+// Both hand one joblessEnding to endJobless, which stores the terminal
+// event in the background (publishEndLater) if it cannot now. Every other
+// end is a run's ending handed to run.end, which settles the job
+// (run.settle, the one place that acks, naks or terms one).
+// lifecycle_doc_test.go checks both.
 
 // joblessEnding is the end of a run whose job no worker holds.
 type joblessEnding struct {

@@ -35,7 +35,8 @@ func TestJobSettledOnlyInSettle(t *testing.T) {
 		// A queued job that no worker fetched is deleted, not settled.
 		{"jobStream.DeleteMsg", []string{"Worker.cancelNotTaken"}, "a run no worker has taken, cancelled (in the intake or its lane)"},
 		// Terminal events published outside run.end.
-		{"publishEnd", []string{"Worker.endJobless", "run.repairEnd", "run.repairPause"}, "the job-less ends and the repairs"},
+		{"publishEnd", []string{"Worker.endJobless", "Worker.publishEndLater", "run.repairEnd", "run.repairPause"}, "the job-less ends (and their retry) and the repairs"},
+		{"publishEndLater", []string{"Worker.endJobless"}, "the retry of a job-less end's event"},
 		{"endJobless", []string{"Worker.cancelNotTaken", "Worker.endWaiting"}, "the two ends of a run whose job no worker holds"},
 		{"repair", []string{"run.end"}, "repairs are made by end, before it settles the job"},
 		{"repairEnd", []string{"run.repair"}, "repairs are made by end"},
