@@ -111,7 +111,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 		// closing its stream is what stops it. Foundry's word on it is
 		// read back.
 		upStop()
-		if out := <-readerDone; out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership {
+		if out := <-readerDone; out.ended() {
 			recorded.Wait()
 			r.endAfterRead(out) // the response ended before the reader stopped
 			return
@@ -126,7 +126,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 	}
 	// Nothing Foundry generates from now on is relayed.
 	upStop()
-	if out := <-readerDone; out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership {
+	if out := <-readerDone; out.ended() {
 		recorded.Wait()
 		r.endAfterRead(out) // the response ended before the reader stopped
 		return
@@ -152,7 +152,7 @@ func (r *run) cancel(reason string, readerDone <-chan outcome, upStop context.Ca
 // response id was known.
 func (r *run) endCancelledBeforeID(reason string, out outcome) {
 	switch {
-	case out.terminal != nil || out.cancelledUpstream != nil || out.lostOwnership:
+	case out.ended():
 		r.endAfterRead(out)
 	case out.noResponse:
 		r.endCancelled(reason, stopped{how: reachNone})

@@ -204,6 +204,11 @@ type Config struct {
 	// TokensPerMinute scaled to it. Default 1m; shorter ones are for tests
 	// against an emulator whose quota window matches.
 	BudgetWindow time.Duration
+
+	// stopWatchHook, set by tests only (export_test.go), is called as a
+	// run's stop watch starts, with the channel its reader's outcome
+	// arrives on: it can hold the watch as a loaded machine may.
+	stopWatchHook func(readerDone <-chan outcome)
 }
 
 // DefaultToolTimeout bounds a call of a function tool served over NATS

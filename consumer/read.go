@@ -32,6 +32,13 @@ type outcome struct {
 	lostOwnership     bool              // the run's record says another worker owns the run
 }
 
+// ended reports whether the reader stopped on an end of its own, not cut
+// short by the run's stop: Foundry ended the response (or cancelled it),
+// or the run's record names another owner.
+func (o outcome) ended() bool {
+	return o.terminal != nil || o.cancelledUpstream != nil || o.lostOwnership
+}
+
 // opState marks an outcome caused by the state bucket, not by Foundry.
 const opState = "state"
 

@@ -265,12 +265,23 @@ func (r *run) drive(pos position) {
 	interrupted := make(chan struct{})
 	stopWatch := context.AfterFunc(r.ctx, func() {
 		defer close(interrupted)
-		select {
-		case out := <-readerDone: // the reader ended first after all
-			r.endAfterRead(out)
-		default:
-			r.interrupt(readerDone, upStop)
+		if h := r.w.cfg.stopWatchHook; h != nil {
+			h(readerDone)
 		}
+		select {
+		case out := <-readerDone:
+			if out.ended() { // the reader ended first after all
+				r.endAfterRead(out)
+				return
+			}
+			// Cut short by the stop itself (a wait on r.ctx in the
+			// reader saw it first): the stop decides. Taken for the
+			// reader's end, a deadline was once counted as a failed
+			// attempt, and the response ran on uncancelled.
+			readerDone <- out
+		default:
+		}
+		r.interrupt(readerDone, upStop)
 	})
 	out := r.read(upCtx, pos)
 	if r.queued != nil {

@@ -283,8 +283,24 @@ func TestFullStoreKeepsTheStopButton(t *testing.T) {
 // main before this change the response ran on until the store had room
 // again (the chaos run's "timed-out runs cancelled upstream late", after a
 // NATS restart).
+//
+// held: the run's stop watch looks only once the reader, whose wait the
+// deadline ended, has given up, as on a loaded machine. On main before
+// this change the watch took the reader's outcome ("run deadline
+// exceeded") for a failed attempt, no cancel reached Foundry, and the
+// response ran on until the store had room (1 run in 6 under -race with
+// other tests beside it, every run held).
 func TestDeadlineReachesFoundryWhileTheIDCannotBeSaved(t *testing.T) {
 	t.Parallel()
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			t.Parallel()
+			deadlineWhileTheIDCannotBeSaved(t, held)
+		})
+	}
+}
+
+func deadlineWhileTheIDCannotBeSaved(t *testing.T, held bool) {
 	e := setup(t, withNATS(natsembed.Config{MaxStore: 48 << 20}))
 	// The create's stream (response.created first) reaches the worker only
 	// once the store is full, however long filling it takes.
@@ -294,7 +310,11 @@ func TestDeadlineReachesFoundryWhileTheIDCannotBeSaved(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.up = up
-	e.startWorker(consumer.Config{WorkerID: "full-dl", StoreFullTimeout: time.Minute})
+	cfg := consumer.Config{WorkerID: "full-dl", StoreFullTimeout: time.Minute}
+	if held {
+		consumer.HoldStopWatch(&cfg)
+	}
+	e.startWorker(cfg)
 	req := request("full-dl", map[string]string{"emu_tokens": "3000", "emu_token_ms": "20"})
 	req.TimeoutSeconds = 30 // room to fill the store on a loaded machine
 	e.submit(req)
