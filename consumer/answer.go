@@ -124,8 +124,8 @@ func (w *Worker) onCancelNotice(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	if r := w.owned(runID); r != nil {
-		r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header)))
+	r := w.owned(runID)
+	if r != nil && r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(tracing.Extract(context.Background(), m.Header))) {
 		if m.Reply != "" {
 			_ = m.Respond([]byte(w.cfg.WorkerID))
 		}
@@ -175,9 +175,16 @@ func (w *Worker) recheckCancels() {
 // requestCancel stops the run for a cancel request heard directly, with
 // the requester's note and the client's id of the cancel; from is the span
 // of the cancel's answer (if traced), linked from the run's cancel span.
-// Repeated requests are one cancel.
-func (r *run) requestCancel(note, id string, from trace.SpanContext) {
+// Repeated requests are one cancel. It reports false when the run was
+// handed off already (at shutdown): the cancel is no longer this worker's
+// to apply.
+func (r *run) requestCancel(note, id string, from trace.SpanContext) bool {
 	r.mu.Lock()
+	if r.handedOff {
+		r.mu.Unlock()
+		return false
+	}
+	r.cancelHeard = true
 	if r.cancelNote == "" {
 		r.cancelNote = note
 	}
@@ -192,6 +199,11 @@ func (r *run) requestCancel(note, id string, from trace.SpanContext) {
 		r.logger().Info().Msg("cancel requested")
 	}
 	r.stop(ErrCancelRequested)
+	if errors.Is(context.Cause(r.ctx), ErrShutdown) {
+		// Heard while the run is handed off: its stop stays a hand-off.
+		r.cancelAtHandOff()
+	}
+	return true
 }
 
 // onCancelRequest answers one cancel request.
@@ -325,12 +337,17 @@ func (w *Worker) cancelTaken(ctx context.Context, runID string, req events.Cance
 func (w *Worker) cancelUnrecorded(ctx context.Context, runID string, req events.CancelRequest, m *nats.Msg, cause error) (events.CancelReply, func()) {
 	w.log.Warn().Err(cause).Str("run_id", runID).Msg("the cancel could not be recorded; telling the owner all the same")
 	reply := events.CancelReply{RunID: runID, Result: events.CancelCancelling, Unrecorded: true}
+	responseID := ""
 	if r := w.owned(runID); r != nil {
-		r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(ctx))
-		return reply, nil
+		if r.requestCancel(req.Reason, m.Header.Get(events.HeaderCancelID), trace.SpanContextFromContext(ctx)) {
+			return reply, nil
+		}
+		// Handed off by this worker at shutdown: a next owner may hear
+		// the notice, or else this worker calls Foundry's cancel itself.
+		responseID = r.currentResponseID()
 	}
 	sc := trace.SpanContextFromContext(ctx)
-	return reply, func() { w.noticeOwner(runID, m, sc, "") }
+	return reply, func() { w.noticeOwner(runID, m, sc, responseID) }
 }
 
 // noticeOwner tells the run's owner about a cancel (a request on the notice

@@ -219,8 +219,10 @@ func (s stopped) upstreamStatus() string {
 // stopResponse calls Foundry's cancel on the response, one call at a time,
 // with backoff, reading the response between calls, until Foundry reports
 // a final status, or the cancel bound (CancelConfirmTimeout from when the
-// cancel was recorded) passes. It returns early when the worker shuts down
-// (the cancel is on record: the next owner goes on) or the run is aborted.
+// cancel was recorded) passes. It returns early when the run is aborted,
+// and hands the run off when the worker shuts down: at once if the cancel
+// is on record (the next owner goes on), or else once the hand-off's
+// deadline passes (a cancel the store refused is known to no one else).
 func (r *run) stopResponse(ctx context.Context, id string) stopped {
 	r.w.m.cancelsPending.Inc()
 	defer r.w.m.cancelsPending.Dec()
@@ -232,6 +234,7 @@ func (r *run) stopResponse(ctx context.Context, id string) stopped {
 	b := retry.Backoff(200*time.Millisecond, 15*time.Second)
 	accepted := false // Foundry took a cancel; the response is not final yet
 	var lastErr error
+	stopping, shutdownBound := r.w.stopping, false
 	for try := 0; ; try++ {
 		if !accepted {
 			resp, err := r.callUpstream(ctx, deadline, func(c context.Context) (*foundry.Response, error) { return r.w.up.Cancel(c, id) })
@@ -266,6 +269,9 @@ func (r *run) stopResponse(ctx context.Context, id string) stopped {
 			lastErr = err
 		}
 		if !time.Now().Before(deadline) {
+			if shutdownBound {
+				return stopped{handoff: true}
+			}
 			if lastErr == nil {
 				lastErr = errors.New("Foundry accepted the cancel but reported no final status")
 			}
@@ -274,14 +280,58 @@ func (r *run) stopResponse(ctx context.Context, id string) stopped {
 		wait := time.NewTimer(min(retryDelay(lastErr, b.NextBackOff()), time.Until(deadline)))
 		select {
 		case <-wait.C:
-		case <-r.w.stopping:
+		case <-stopping:
 			wait.Stop()
-			return stopped{handoff: true}
+			if r.lastState().Cancel != nil {
+				return stopped{handoff: true}
+			}
+			stopping = nil
+			if hd := r.w.handoffDeadline(); hd.Before(deadline) {
+				deadline, shutdownBound = hd, true
+			}
 		case <-r.hard.Done():
 			wait.Stop()
 			return stopped{aborted: true}
 		}
 	}
+}
+
+// cancelAtHandOff takes a cancel heard that the run's record does not hold
+// (the store refused it) upstream when the run is handed off at shutdown:
+// the next owner would not know of it. It calls Foundry's cancel in the
+// background until Foundry confirms or the hand-off's deadline passes,
+// then records the cancel if the store has room by then; endHandOff waits
+// for it before giving the job back. Once per run, and only once the
+// response id is known (a hand-off waits for it).
+func (r *run) cancelAtHandOff() {
+	id := r.currentResponseID()
+	if id == "" || r.isForeground() || r.lastState().Cancel != nil {
+		return
+	}
+	r.mu.Lock()
+	start := r.cancelHeard && !r.handOffCancelling && !r.handedOff
+	if start {
+		r.handOffCancelling = true
+		r.handOffCancel.Add(1)
+	}
+	r.mu.Unlock()
+	if !start {
+		return
+	}
+	go func() {
+		defer r.handOffCancel.Done()
+		r.logger().Warn().Msg("the run is handed off with a cancel its record does not hold; cancelling its response upstream first")
+		end := r.stopResponse(r.hard, id)
+		switch {
+		case end.how == reachFinal:
+			r.logger().Info().Str("upstream_status", end.resp.Status).Msg("the response ended upstream before the hand-off")
+		case !end.aborted:
+			r.logger().Error().Err(end.err).Msg("Foundry did not confirm the cancel before the hand-off; it reaches the next owner only if recorded")
+		}
+		ctx, cancel := context.WithTimeout(r.hard, 5*time.Second)
+		defer cancel()
+		r.recordCancel(ctx, r.heardCancel(events.ReasonRequested))
+	}()
 }
 
 // foregroundReadTimeout bounds how long the owner reads a foreground

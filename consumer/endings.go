@@ -501,14 +501,16 @@ func (r *run) endAtShutdown(out outcome) {
 }
 
 // handedOffCancelling is logged when a run is handed off at shutdown while
-// its response is being cancelled: the cancel is on record, and the next
-// owner goes on calling Foundry within the same bound.
+// its response is being cancelled: the next owner goes on calling Foundry
+// within the same bound if the cancel is on record (stopResponse).
 const handedOffCancelling = "run handed off while its cancel is being confirmed"
 
 // endHandOff gives the run to another worker at once (flush, release, nak),
-// at shutdown; note is logged.
+// at shutdown; note is logged. A cancel heard that the record does not
+// hold goes upstream first (cancelAtHandOff), even if heard meanwhile.
 func (r *run) endHandOff(note string) {
-	r.end(ending{flush: true, release: true, job: nak})
+	r.cancelAtHandOff()
+	r.end(ending{flush: true, release: true, handoff: true, job: nak})
 	r.w.m.handoffs.Inc()
 	r.logger().Info().Msg(note)
 }

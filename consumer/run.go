@@ -410,6 +410,9 @@ type ending struct {
 	// saying why the attempt failed ("" for a hand-off).
 	release bool
 	failure string
+	// handoff: at shutdown; a cancel being taken upstream
+	// (cancelAtHandOff) ends before the job is given back.
+	handoff bool
 	job     settlement
 	delay   time.Duration // with nak
 	reason  string        // with term
@@ -440,6 +443,12 @@ func (r *run) end(e ending) {
 	}
 	if e.release {
 		r.release(e.failure, e.delay)
+	}
+	if e.handoff {
+		r.mu.Lock()
+		r.handedOff = true
+		r.mu.Unlock()
+		r.handOffCancel.Wait()
 	}
 	r.settle(e)
 }

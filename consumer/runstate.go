@@ -71,6 +71,16 @@ type run struct {
 	foreground bool          // Foundry runs the response in the foreground: no resume, no cancel
 	slot       *slot         // the concurrency slot the run holds (caps.go)
 	spent      *spent        // the tokens it took from its deployment's budget (budget.go)
+
+	// cancelHeard: a cancel request reached the run (requestCancel). At
+	// shutdown, such a cancel that the record does not hold is taken
+	// upstream before the run is handed off (cancelAtHandOff):
+	// handOffCancelling once that started, handOffCancel until it ends;
+	// handedOff once the run is past the point where one may start.
+	cancelHeard       bool
+	handOffCancelling bool
+	handedOff         bool
+	handOffCancel     sync.WaitGroup
 }
 
 // newRun makes the run of a job. Its span continues the trace context in

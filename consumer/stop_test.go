@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -832,4 +833,78 @@ func (e *env) idleTimeout(d time.Duration) {
 		e.t.Fatal(err)
 	}
 	e.up = up
+}
+
+// A cancel the store refused (the reply says cancelling, unrecorded) is
+// known only to the run's owner. When that owner shuts down (a rolling
+// restart), it must take the cancel upstream before it hands the run off:
+// the next owner finds no cancel on record and would relay the response to
+// its end. On main before this change it did not, in two ways (the run
+// ended run.completed, every token billed):
+//
+//   - heard during the hand-off: the run, already stopped for the shutdown,
+//     ignored the cancel (its stop cause stays the first);
+//   - confirming at shutdown: the owner, calling Foundry's cancel while it
+//     failed, handed the run off as soon as the shutdown began.
+func TestUnrecordedCancelSurvivesTheHandOff(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		scenario map[string]string
+	}{
+		{"heard during the hand-off", nil},
+		{"confirming at shutdown", map[string]string{foundrytest.KeyCancelFailMS: "3000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, withNATS(natsembed.Config{MaxStore: 48 << 20}))
+			lg := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+			old := e.startWorker(consumer.Config{WorkerID: "old", StoreFullTimeout: time.Minute, ShutdownTimeout: 12 * time.Second, Logger: &lg})
+			const id = "handoff-cancel"
+			scenario := map[string]string{"emu_tokens": "3000", "emu_token_ms": "10"}
+			maps.Copy(scenario, tc.scenario)
+			e.submit(request(id, scenario))
+			e.waitEvent(id, events.TypeTextDelta, 20*time.Second)
+			filler := testkit.FillStore(t, testCtx(t), e.js)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stopped := make(chan error, 1)
+			// The reply says unrecorded: the store refused the cancel.
+			cancelRun := func() {
+				msg, err := e.nc.Request("foundryq.cancel."+id, []byte(`{"reason":"stop"}`), 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if reply, err := events.DecodeCancelReply(msg.Data); err != nil || reply.Result != events.CancelCancelling || !reply.Unrecorded {
+					t.Fatalf("reply %+v (%v), want cancelling, unrecorded", reply, err)
+				}
+			}
+			if tc.scenario == nil {
+				go func() { stopped <- old.Stop(30 * time.Second) }()
+				testkit.Eventually(t, 20*time.Second, "the shutdown to hand the run off", func() bool {
+					err := old.Ready(context.Background())
+					return err != nil && strings.Contains(err.Error(), "pull loop stopped") && e.emu.Records(id)[0].StreamsAttached == 0
+				})
+				cancelRun()
+			} else {
+				cancelRun()
+				testkit.Eventually(t, 20*time.Second, "Foundry's cancel to have failed once", func() bool {
+					return e.emu.Records(id)[0].CancelCallsFaulted >= 1
+				})
+				go func() { stopped <- old.Stop(30 * time.Second) }()
+			}
+			testkit.Eventually(t, 20*time.Second, "the response to be cancelled upstream by the old owner", func() bool {
+				return e.emu.Records(id)[0].Status == "cancelled"
+			})
+			<-stopped
+			if err := filler.Purge(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e.startWorker(consumer.Config{WorkerID: "next", Logger: &lg})
+			last := checkWellFormed(t, e.collect(id, 90*time.Second))
+			if rec := e.emu.Records(id)[0]; last.Type != events.TypeRunCancelled || rec.TokensAfterCancel != 0 {
+				t.Fatalf("run ended %s (upstream %q), %d tokens relayed after the cancel; want run.cancelled", last.Type, last.UpstreamStatus, rec.TokensAfterCancel)
+			}
+		})
+	}
 }
