@@ -445,10 +445,8 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	if job != nil {
 		submitted = job.Time
 	}
-	st, err := w.endJobless(ctx, joblessEnding{
+	st, stored, err := w.endJobless(ctx, joblessEnding{
 		runID: runID, pos: pos, submitted: submitted,
-		// The record says cancelled even if the event cannot be published:
-		// the worker that pulls the job publishes the event from it.
 		what: "run.cancelled of a queued run",
 		record: func() (events.RunState, error) {
 			return w.states.Upsert(ctx, runID, func(s *events.RunState, exists bool) error {
@@ -464,8 +462,10 @@ func (w *Worker) cancelNotTaken(ctx context.Context, runID string, req events.Ca
 	case err != nil:
 		return w.notTakenUnrecorded(runID, "record the cancel", err), nil
 	}
-	if job != nil {
-		// The job is deleted, not settled: no worker fetched it.
+	if job != nil && stored {
+		// The job is deleted, not settled: no worker fetched it. While
+		// the event is not stored the job stays: the worker that pulls it
+		// finds the run finished and publishes the event from the record.
 		if err := jobStream.DeleteMsg(ctx, job.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			// A worker that pulls it finds the run finished and acks it.
 			w.log.Warn().Err(err).Str("run_id", runID).Msg("delete the cancelled job")

@@ -153,24 +153,36 @@ func (w *Worker) wakeIfAnswered(ctx context.Context, runID string) {
 	if ok, err := w.answered(ctx, runID, st.Asked); err != nil || !ok {
 		return
 	}
+	next := strconv.Itoa(st.Step + 1)
+	if w.queueKept(ctx, runID, runID+".step."+next, next, "wake a run whose answers are in; the next answer or a repeat wakes it") {
+		w.log.Info().Str("run_id", runID).Str("step", next).Msg("every answer is in; the run's next step is queued")
+	}
+}
+
+// queueKept publishes a waiting run's kept request as its job again, with
+// msgID (a job published with the same id within the dedupe window is not
+// repeated) and, unless "", the step it continues (headerStep). It reports
+// whether the job is queued; if not, failed is logged.
+func (w *Worker) queueKept(ctx context.Context, runID, msgID, step, failed string) bool {
 	kept, err := w.res.Inputs.GetLastMsgForSubject(ctx, w.names.ParkedRequestSubject(runID))
 	if err != nil {
-		w.log.Warn().Err(err).Str("run_id", runID).Msg("read the kept request of a waiting run; it wakes on the next answer or deadline")
-		return
+		w.log.Warn().Err(err).Str("run_id", runID).Msg("read the kept request of a waiting run: " + failed)
+		return false
 	}
 	m := nats.NewMsg(w.names.RunSubject(runID))
 	m.Data = kept.Data
 	for k, v := range kept.Header {
 		m.Header[k] = v
 	}
-	next := strconv.Itoa(st.Step + 1)
-	m.Header.Set(headerStep, next)
-	m.Header.Set(jetstream.MsgIDHeader, runID+".step."+next)
-	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.RunsStream())); err != nil && !jserr.SubjectFull(err) {
-		w.log.Warn().Err(err).Str("run_id", runID).Msg("wake a run whose answers are in; the next answer or a repeat wakes it")
-		return
+	if step != "" {
+		m.Header.Set(headerStep, step)
 	}
-	w.log.Info().Str("run_id", runID).Str("step", next).Msg("every answer is in; the run's next step is queued")
+	m.Header.Set(jetstream.MsgIDHeader, msgID)
+	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.RunsStream())); err != nil && !jserr.SubjectFull(err) {
+		w.log.Warn().Err(err).Str("run_id", runID).Msg(failed)
+		return false
+	}
+	return true
 }
 
 // stepAnswered reports, for a job that continues a run (headerStep), that
@@ -391,7 +403,7 @@ func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunStat
 		return false
 	}
 	end.Seq = pos.Seq + 1
-	st, err = w.endJobless(ctx, joblessEnding{
+	st, stored, err := w.endJobless(ctx, joblessEnding{
 		runID: runID, pos: pos,
 		what: "the end of a waiting run past its deadline",
 		record: func() (events.RunState, error) {
@@ -410,6 +422,13 @@ func (w *Worker) endWaiting(ctx context.Context, runID string, st events.RunStat
 		}
 		w.log.Warn().Err(err).Str("run_id", runID).Msg("end a waiting run past its deadline; tried again")
 		return false
+	}
+	if !stored {
+		// Nothing else would: a waiting run has no job. The publish may
+		// have spent ctx.
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		w.queueKept(qctx, runID, runID+".end", "", "queue a job to publish the end of a waiting run if this worker cannot")
+		cancel()
 	}
 	w.log.Info().Str("run_id", runID).Str("type", string(st.End.Type)).Msg("waiting run ended: its deadline passed")
 	return true

@@ -90,18 +90,20 @@ type joblessEnding struct {
 
 // endJobless ends a run whose job no worker holds: the end is recorded,
 // then the terminal event the record holds is published and the end
-// counted. It returns the record, or the error of the record's write. An
-// event not stored now (NATS unavailable, the store or the run's subject
-// full) is tried again in the background until it is, or the worker
-// stops: with the end recorded, nothing else may store it (a waiting run
-// has no job whose next delivery would).
-func (w *Worker) endJobless(ctx context.Context, e joblessEnding) (events.RunState, error) {
-	st, err := e.record()
+// counted. It returns the record and whether the event was stored, or the
+// error of the record's write. An event not stored now (NATS unavailable,
+// the store or the run's subject full) is tried again in the background
+// until it is, or the worker stops; the caller leaves (or queues) a job
+// for the run, whose delivery repairs the end if this worker cannot.
+func (w *Worker) endJobless(ctx context.Context, e joblessEnding) (st events.RunState, stored bool, err error) {
+	st, err = e.record()
 	if err != nil {
-		return st, err
+		return st, false, err
 	}
 	log := w.log.With().Str("run_id", e.runID).Logger()
+	stored = true
 	if err := w.publishEnd(ctx, e.runID, e.pos, *st.End, log); err != nil {
+		stored = false
 		log.Warn().Err(err).Msg("publish " + e.what + "; tried again")
 		w.background(func() { w.publishEndLater(e, *st.End, log) })
 	}
@@ -109,7 +111,7 @@ func (w *Worker) endJobless(ctx context.Context, e joblessEnding) (events.RunSta
 	if st.Usage != nil {
 		w.countKeyTokens(st, st.Usage.TotalTokens)
 	}
-	return st, nil
+	return st, stored, nil
 }
 
 // publishEndLater stores a jobless run's terminal event end (endJobless),

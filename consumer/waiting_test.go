@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
@@ -103,11 +105,25 @@ func TestWaitingDeadlinesAfterAReconnect(t *testing.T) {
 // the record was written, it is stored once the stream takes it again.
 // On main before this change it was never stored (the record says the run
 // ended, so nothing tried again): a client following the run waited for
-// ever.
+// ever. enderStops: the worker that ended the run shuts down (a rolling
+// restart) before the stream takes events again, and another takes over;
+// until the next change only the ender's own retry would have stored the
+// event, so it was lost the same way.
 func TestWaitingRunsEndStoredOnceTheStreamTakesIt(t *testing.T) {
+	t.Parallel()
+	for _, enderStops := range []bool{false, true} {
+		t.Run(fmt.Sprintf("enderStops=%v", enderStops), func(t *testing.T) {
+			t.Parallel()
+			waitingEndStoredOnceTheStreamTakesIt(t, enderStops)
+		})
+	}
+}
+
+func waitingEndStoredOnceTheStreamTakesIt(t *testing.T, enderStops bool) {
 	e := setup(t)
 	reg := prometheus.NewRegistry()
-	e.startWorker(consumer.Config{WorkerID: "ender", Registerer: reg})
+	lg := zerolog.New(zerolog.NewTestWriter(t))
+	ender := e.startWorker(consumer.Config{WorkerID: "ender", Registerer: reg, Logger: &lg})
 	req := askingRequest("ask-end-refused")
 	req.InputTimeoutSeconds = 3
 	e.submit(req)
@@ -137,10 +153,17 @@ func TestWaitingRunsEndStoredOnceTheStreamTakesIt(t *testing.T) {
 	if st := e.state(req.RunID); !st.Finished() {
 		t.Fatalf("record %+v: want the run's end recorded", st)
 	}
+	if enderStops {
+		ender.shutdown(t)
+		ctx = testCtx(t)
+	}
 	if _, err := e.js.UpdateStream(ctx, open); err != nil {
 		t.Fatal(err)
 	}
-	end := checkWellFormed(t, e.collect(req.RunID, 60*time.Second))
+	if enderStops {
+		e.startWorker(consumer.Config{WorkerID: "next", Logger: &lg})
+	}
+	end := checkWellFormed(t, e.collect(req.RunID, 90*time.Second))
 	if end.Type != events.TypeRunFailed || end.Error == nil || end.Error.Code != events.CodeInputTimeout {
 		t.Fatalf("%s ended %+v, want run.failed input_timeout", req.RunID, end)
 	}
