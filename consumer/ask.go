@@ -178,11 +178,27 @@ func (w *Worker) queueKept(ctx context.Context, runID, msgID, step, failed strin
 		m.Header.Set(headerStep, step)
 	}
 	m.Header.Set(jetstream.MsgIDHeader, msgID)
-	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.RunsStream())); err != nil && !jserr.SubjectFull(err) {
+	ack, err := w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(w.names.RunsStream()))
+	switch {
+	case err != nil && !jserr.SubjectFull(err):
 		w.log.Warn().Err(err).Str("run_id", runID).Msg(failed)
+		return false
+	case err == nil && ack.Duplicate:
+		w.log.Info().Str("run_id", runID).Str("msg_id", msgID).Msg("the run's job was queued with this id already, within the dedupe window; not again")
 		return false
 	}
 	return true
+}
+
+// wakeLooks is how many times a wake (wakesStep) is read before the worker
+// takes the run's answers for incomplete: after 1, 2 and 3 s.
+const wakeLooks = 4
+
+// wakesStep reports whether the job continues the step the run waits
+// after (headerStep is the record's step plus one): the waker read every
+// answer of that pause.
+func (r *run) wakesStep(st events.RunState) bool {
+	return r.msg.Headers().Get(headerStep) == strconv.Itoa(st.Step+1)
 }
 
 // stepAnswered reports, for a job that continues a run (headerStep), that

@@ -3,16 +3,22 @@ package consumer_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/foundryq/foundryq/consumer"
 	"github.com/foundryq/foundryq/events"
@@ -427,5 +433,66 @@ func TestCancelDuringALaterStepsRefusedCreate(t *testing.T) {
 	if end.Type != events.TypeRunCancelled || end.ResponseID != recs[0].ID || end.UpstreamStatus != recs[0].Status {
 		t.Fatalf("ended %s with response %q, upstream_status %q; want run.cancelled naming the first step's response %s (%s)",
 			end.Type, end.ResponseID, end.UpstreamStatus, recs[0].ID, recs[0].Status)
+	}
+}
+
+// A run's next step is queued once (Nats-Msg-Id <run_id>.step.<n>: a second
+// wake within the dedupe window is dropped). A worker that takes the wake
+// and reads fewer answers than the waker saw (a replica that lags, a read
+// that fails) must look again, not drop the wake: nothing would queue the
+// step again, and the run would wait until its input deadline, or for ever
+// without one. Here the wake arrives before the answer is stored, as the
+// lagging read sees it, and the answer is stored once the worker has read
+// the wake. On main before this change the worker acked it as
+// "still waiting" and the answer's own wake was dropped as a duplicate: the
+// run never went on.
+func TestWakeReadBeforeItsAnswersIsNotLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var logs logBuffer
+	lg := zerolog.New(&logs)
+	e.startWorker(consumer.Config{Logger: &lg})
+	const id = "ask-early-wake"
+	e.submit(askingRequest(id))
+	asked := e.waitEvent(id, events.TypeInputRequired, 20*time.Second)
+
+	ctx := testCtx(t)
+	names := e.client.Names()
+	inputs, err := e.js.Stream(ctx, names.InputsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := inputs.GetLastMsgForSubject(ctx, names.ParkedRequestSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := strconv.Itoa(e.state(id).Step + 1)
+	wake := nats.NewMsg(names.RunSubject(id))
+	wake.Data = kept.Data
+	maps.Copy(wake.Header, kept.Header)
+	wake.Header.Set("Foundryq-Step", next)
+	wake.Header.Set(jetstream.MsgIDHeader, id+".step."+next)
+	if _, err := e.js.PublishMsg(ctx, wake, jetstream.WithExpectStream(names.RunsStream())); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the worker to take the wake", func() bool {
+		for _, l := range logs.lines(t, id) {
+			switch l["message"] {
+			case "the run waits for answers; its job is done until they are in", "the run's answers are not all readable yet; its wake looks again":
+				return true
+			}
+		}
+		return false
+	})
+
+	if r, err := e.client.Approve(ctx, id, asked.Items[0].ID, true, ""); err != nil || r.Result != events.InputAccepted {
+		t.Fatalf("approve: %+v %v", r, err)
+	}
+	evs, err := collectErr(e.client, id, 30*time.Second)
+	if err != nil {
+		t.Fatalf("%v; worker log:\n%s", err, logs.String())
+	}
+	if last := checkWellFormed(t, evs); last.Type != events.TypeRunCompleted {
+		t.Fatalf("run ended %+v, want run.completed; worker log:\n%s", last, logs.String())
 	}
 }

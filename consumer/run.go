@@ -160,6 +160,13 @@ func (r *run) take() (pos position, got stage) {
 	}
 	st, err := r.claim(digest, fair, w.runTimeout(req), answered)
 	switch {
+	case errors.Is(err, errStillWaiting) && r.wakesStep(st) && r.owner.attempt < wakeLooks:
+		// The waker read every answer; this read did not (a replica
+		// behind, a read that failed). Dropped, the wake would not be
+		// queued again: a second one within the dedupe window is not.
+		r.logger().Info().Msg("the run's answers are not all readable yet; its wake looks again")
+		r.end(ending{repair: &recorded{st: st, pos: pos, paused: true}, job: nak, delay: time.Duration(r.owner.attempt) * time.Second})
+		return pos, holdsLimits
 	case errors.Is(err, errStillWaiting):
 		r.logger().Info().Msg("the run waits for answers; its job is done until they are in")
 		r.end(ending{repair: &recorded{st: st, pos: pos, paused: true}, job: ack})
